@@ -1,0 +1,50 @@
+"""What differs per inference engine, as data: endpoints, readiness semantics, log profile.
+
+Adding an engine is adding an ``Engine`` entry (and its log profile), not a code path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from exporter.engines.profile import LogProfile
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """One inference engine's defaults and behaviour during a cold start.
+
+    Attributes:
+        name: config and label value ("vllm").
+        title: human name ("vLLM").
+        health_path: readiness endpoint, answering 200 when ready.
+        completion_path: OpenAI-compatible completion endpoint.
+        listens_while_loading: the port answers (503) during the load, as llama.cpp does;
+            the others refuse connections until ready (ENGINES.md section 3).
+        log: markers, fatal patterns and benign noise of its logs.
+    """
+
+    name: str
+    title: str
+    health_path: str = "/health"
+    completion_path: str = "/v1/completions"
+    listens_while_loading: bool = False
+    log: LogProfile = field(default_factory=LogProfile)
+
+
+def _builtin() -> dict[str, Engine]:
+    engines = [
+        Engine("sglang", "SGLang"),
+        Engine("vllm", "vLLM"),
+        Engine("tgi", "Text Generation Inference"),
+        Engine("llamacpp", "llama.cpp server", listens_while_loading=True),
+        Engine("trtllm", "TensorRT-LLM (trtllm-serve)"),
+        Engine("triton", "Triton Inference Server", health_path="/v2/health/ready"),
+        Engine("openai", "generic OpenAI-compatible server"),
+    ]
+    return {e.name: e for e in engines}
+
+
+#: Every engine the exporter knows, by config name.
+ENGINES: Final[dict[str, Engine]] = _builtin()

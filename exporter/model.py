@@ -1,0 +1,231 @@
+"""Plain, frozen data passed between sources, the lifecycle core and the renderers.
+
+No I/O and no behaviour beyond trivial derived properties: every source converts what its
+library returns into these types, so nothing untyped escapes a source.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Phase(enum.StrEnum):
+    """Lifecycle phase of a watched server; the values are public label values."""
+
+    DOWN = "down"
+    STARTING = "starting"
+    LOADING = "loading"
+    INITIALIZING = "initializing"
+    READY = "ready"
+    SERVING = "serving"
+    DEGRADED = "degraded"
+    FAILED = "failed"
+
+
+#: Phases during which a cold start is in progress and the stall flag may be raised.
+STARTUP_PHASES: frozenset[Phase] = frozenset({Phase.STARTING, Phase.LOADING, Phase.INITIALIZING})
+
+
+class ProbeKind(enum.StrEnum):
+    """Which endpoint a probe asked."""
+
+    HEALTH = "health"
+    COMPLETION = "completion"
+
+
+class ProbeOutcome(enum.StrEnum):
+    """Bounded outcome of one HTTP probe; used as the `/status` reason."""
+
+    OK = "ok"
+    REFUSED = "refused"
+    TIMEOUT = "timeout"
+    HTTP_STATUS = "http_status"
+    BAD_BODY = "bad_body"
+    BODY_TOO_LARGE = "body_too_large"
+    TLS = "tls"
+    UNAUTHORIZED = "unauthorized"
+    REDIRECT = "redirect"
+    ERROR = "error"
+
+
+class LogClass(enum.StrEnum):
+    """Class of one engine log line; the values are public label values."""
+
+    MARKER = "marker"
+    PROGRESS = "progress"
+    INFO = "info"
+    WARNING = "warning"
+    BENIGN = "benign"
+    ERROR = "error"
+    FATAL = "fatal"
+
+
+class FailureReason(enum.StrEnum):
+    """Bounded reason a cold start ended without becoming ready."""
+
+    EXITED = "exited"
+    KILLED = "killed"
+    OOM = "oom"
+    NCCL = "nccl"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """The server's process tree at one instant (main process plus all descendants).
+
+    Attributes:
+        pid: the main process; used to tell a restart (new pid or new create_time) apart.
+        create_time: main process start, Unix epoch seconds; a cold start is measured from it.
+        pids: every pid of the tree, main first; used to attribute GPU memory, never exported.
+        rss_bytes: summed resident memory of the tree.
+        cpu_seconds: summed user+system CPU time of the tree.
+        read_bytes: summed ``/proc/PID/io`` read_bytes (block-layer reads, which see mmap
+            faults); None when it could not be read (see ``read_bytes_error``).
+        read_bytes_error: bounded reason the read bytes are missing, e.g. "permission_denied".
+        zombie: the main process has exited but was not reaped yet.
+    """
+
+    pid: int
+    create_time: float
+    pids: tuple[int, ...]
+    rss_bytes: int
+    cpu_seconds: float
+    read_bytes: int | None
+    read_bytes_error: str | None = None
+    zombie: bool = False
+
+    @property
+    def process_count(self) -> int:
+        """Number of processes in the tree."""
+        return len(self.pids)
+
+
+@dataclass(frozen=True, slots=True)
+class DiskSample:
+    """Cumulative read bytes of whole disks (partitions and stacked devices excluded)."""
+
+    read_bytes: int
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """One HTTP probe of a target's endpoint.
+
+    Attributes:
+        kind: health or completion.
+        outcome: bounded outcome; only ``OK`` counts as success.
+        status_code: HTTP status when a response arrived.
+        duration_seconds: wall time of the probe, bounded by its deadline.
+        has_choices: a completion reply carried a non-empty ``choices`` list.
+        loading: the reply said the engine is still loading (llama.cpp "Loading model").
+        at: when the probe finished, Unix epoch seconds.
+    """
+
+    kind: ProbeKind
+    outcome: ProbeOutcome
+    status_code: int | None
+    duration_seconds: float
+    at: float
+    has_choices: bool = False
+    loading: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when the probe succeeded."""
+        return self.outcome is ProbeOutcome.OK
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU as NVML reported it in one sample. Unsupported fields are None, never 0."""
+
+    index: int
+    uuid: str
+    name: str
+    up: bool
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    memory_reserved_bytes: int | None = None
+    utilization_ratio: float | None = None
+    memory_utilization_ratio: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """Memory one process holds on one GPU (joined to targets by pid, never exported by pid)."""
+
+    gpu_index: int
+    pid: int
+    used_memory_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """Everything one NVML sample returned."""
+
+    gpus: tuple[GpuSample, ...]
+    processes: tuple[GpuProcess, ...] = ()
+    stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """One classified engine log line (already redacted; safe to show).
+
+    Attributes:
+        cls: the line's class.
+        text: the line, ANSI stripped, secrets redacted, length capped.
+        at: timestamp parsed from the line, or when it was read; Unix epoch seconds.
+        phase: the phase a marker line announces (loading, initializing, ready), if any.
+        marker: short name of the marker matched, e.g. "weights_begin", "cuda_graph".
+        progress: shard progress ``(done, total)`` from a progress bar, if any.
+        progress_key: what the progress counts ("shards", "draft:shards"); aggregates ranks.
+        fatal_reason: the failure reason a fatal line implies.
+        line_no: 1-based line number in its source, when known.
+    """
+
+    cls: LogClass
+    text: str
+    at: float
+    phase: Phase | None = None
+    marker: str | None = None
+    progress: tuple[int, int] | None = None
+    progress_key: str | None = None
+    fatal_reason: FailureReason | None = None
+    line_no: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """How one source call went: the node_exporter ``scrape_collector_success`` pattern."""
+
+    source: str
+    up: bool
+    duration_seconds: float
+    error: str | None = None
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything observed about one target in one tick; the lifecycle core's only input.
+
+    A field is None when its source is not configured or failed this tick (the source's
+    status says which); ``process is None`` with ``process_error is None`` means no process.
+    """
+
+    target: str
+    at: float
+    process: ProcessSample | None = None
+    process_error: str | None = None
+    health: ProbeResult | None = None
+    completion: ProbeResult | None = None
+    disk_read_bytes: int | None = None
+    gpu_memory_bytes: int | None = None
+    log_events: tuple[LogEvent, ...] = field(default_factory=tuple)
