@@ -22,8 +22,10 @@ from exporter.model import Phase
 DEFAULT_INTERVAL_SECONDS: Final = 1.0
 DEFAULT_STATE_DIRECTORY: Final = "/var/lib/inference-lifecycle-exporter"
 _LABEL_SAFE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*"
-                       r"(?:(\d+(?:\.\d+)?)s)?\s*(?:(\d+(?:\.\d+)?)ms)?\s*$")
+_DURATION = re.compile(
+    r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*"
+    r"(?:(\d+(?:\.\d+)?)s)?\s*(?:(\d+(?:\.\d+)?)ms)?\s*$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +136,9 @@ def parse_duration(value: object) -> float:
 class _Reader:
     """Reads one TOML table, collecting problems instead of stopping at the first."""
 
-    def __init__(self, path: str, errors: list[ConfigError], where: str,
-                 table: Mapping[str, Any]) -> None:
+    def __init__(
+        self, path: str, errors: list[ConfigError], where: str, table: Mapping[str, Any]
+    ) -> None:
         self.path, self.errors, self.where, self.table = path, errors, where, table
         self.seen: set[str] = set()
 
@@ -146,8 +149,14 @@ class _Reader:
         """Record a problem with one key of this table."""
         self.errors.append(ConfigError(self.path, self._field(key), reason))
 
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None,
-            *, required: bool = False) -> Any:
+    def get(
+        self,
+        key: str,
+        kind: type | tuple[type, ...],
+        default: Any = None,
+        *,
+        required: bool = False,
+    ) -> Any:
         """The value of key if it has the expected type, else record a problem."""
         self.seen.add(key)
         if key not in self.table:
@@ -188,14 +197,25 @@ class _Reader:
 
 
 def _kind_name(kinds: tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
-             list: "a list", dict: "a table"}
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        list: "a list",
+        dict: "a table",
+    }
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
 def _toml_type(value: object) -> str:
-    return {str: "a string", int: "an integer", float: "a number", list: "a list",
-            dict: "a table"}.get(type(value), type(value).__name__)
+    return {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        list: "a list",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
 
 
 def _check_url(value: str) -> str | None:
@@ -234,8 +254,11 @@ def _read_completion(r: _Reader, value: Mapping[str, Any]) -> CompletionProbe | 
         max_tokens=c.get("max_tokens", int, 4),
         interval_seconds=c.duration("interval", 30.0) or 30.0,
     )
-    c.check("max_tokens", probe.max_tokens, lambda v: None if 1 <= v <= 64 else
-            "must be between 1 and 64")
+    c.check(
+        "max_tokens",
+        probe.max_tokens,
+        lambda v: None if 1 <= v <= 64 else "must be between 1 and 64",
+    )
     c.reject_unknown()
     return probe if model else None
 
@@ -269,13 +292,19 @@ def _read_patterns(r: _Reader, value: Mapping[str, Any]) -> LogPatterns:
     return LogPatterns(**lists)
 
 
-def _read_target(path: str, errors: list[ConfigError], index: int,
-                 table: Mapping[str, Any], interval: float) -> Target | None:
+def _read_target(
+    path: str, errors: list[ConfigError], index: int, table: Mapping[str, Any], interval: float
+) -> Target | None:
     r = _Reader(path, errors, f"target[{index}]", table)
     n_errors = len(errors)
     name = r.get("name", str, required=True)
-    r.check("name", name, lambda v: None if _LABEL_SAFE.match(v) else
-            "must be 1-64 characters of letters, digits, _ . : -")
+    r.check(
+        "name",
+        name,
+        lambda v: (
+            None if _LABEL_SAFE.match(v) else "must be 1-64 characters of letters, digits, _ . : -"
+        ),
+    )
     engine_name = r.get("engine", str, "openai")
     engine = ENGINES.get(engine_name)
     if engine is None:
@@ -285,13 +314,21 @@ def _read_target(path: str, errors: list[ConfigError], index: int,
     health_path = r.get("health_path", str, engine.health_path if engine else "/health")
     r.check("health_path", health_path, _check_path)
     timeout = r.duration("probe_timeout", min(2.0, interval * 0.8))
-    r.check("probe_timeout", timeout, lambda v: None if 0 < v < interval else
-            f"must be above 0 and below the interval ({interval:g}s)")
+    r.check(
+        "probe_timeout",
+        timeout,
+        lambda v: (
+            None if 0 < v < interval else f"must be above 0 and below the interval ({interval:g}s)"
+        ),
+    )
     completion_table = r.get("completion", dict)
     finders = {k: r.get(k, str) for k in ("unit", "pidfile", "cmdline")}
     r.check("cmdline", finders["cmdline"], _check_regex)
-    r.check("pidfile", finders["pidfile"], lambda v: None if v.startswith("/") else
-            "must be an absolute path")
+    r.check(
+        "pidfile",
+        finders["pidfile"],
+        lambda v: None if v.startswith("/") else "must be an absolute path",
+    )
     given = [k for k, v in finders.items() if v]
     if len(given) > 1:
         r.fail(given[1], f"conflicts with {given[0]}: use one of unit, pidfile, cmdline")
@@ -319,12 +356,24 @@ def _read_target(path: str, errors: list[ConfigError], index: int,
     if len(errors) > n_errors or engine is None:
         return None
     return Target(
-        name=name, engine=engine_name, base_url=base_url, health_path=health_path,
-        probe_timeout_seconds=timeout or 1.0, completion=completion,
-        unit=finders["unit"], pidfile=finders["pidfile"], cmdline=finders["cmdline"],
-        log_file=log_file, journal=journal, model_path=model_path,
-        gpus=tuple(gpus) if gpus is not None else None, deployment=deployment, model=model,
-        api_key_file=api_key_file, api_key_env=api_key_env, stall=stall,
+        name=name,
+        engine=engine_name,
+        base_url=base_url,
+        health_path=health_path,
+        probe_timeout_seconds=timeout or 1.0,
+        completion=completion,
+        unit=finders["unit"],
+        pidfile=finders["pidfile"],
+        cmdline=finders["cmdline"],
+        log_file=log_file,
+        journal=journal,
+        model_path=model_path,
+        gpus=tuple(gpus) if gpus is not None else None,
+        deployment=deployment,
+        model=model,
+        api_key_file=api_key_file,
+        api_key_env=api_key_env,
+        stall=stall,
         log_patterns=patterns,
     )
 
@@ -342,8 +391,9 @@ def parse_settings(data: Mapping[str, Any], path: str) -> Settings:
     top.reject_unknown()
     ex = _Reader(path, errors, "exporter", exporter_table)
     interval = ex.duration("interval", DEFAULT_INTERVAL_SECONDS) or DEFAULT_INTERVAL_SECONDS
-    ex.check("interval", interval, lambda v: None if 0.1 <= v <= 300 else
-             "must be between 100ms and 5m")
+    ex.check(
+        "interval", interval, lambda v: None if 0.1 <= v <= 300 else "must be between 100ms and 5m"
+    )
     state_dir = ex.get("state_directory", str, DEFAULT_STATE_DIRECTORY)
     ex.reject_unknown()
     targets: list[Target] = []
@@ -356,16 +406,24 @@ def parse_settings(data: Mapping[str, Any], path: str) -> Settings:
         if target is None:
             continue
         if target.name in names:
-            errors.append(ConfigError(path, f"target[{i}].name",
-                                      f"duplicate name {target.name!r} "
-                                      f"(also target[{names[target.name]}])"))
+            errors.append(
+                ConfigError(
+                    path,
+                    f"target[{i}].name",
+                    f"duplicate name {target.name!r} (also target[{names[target.name]}])",
+                )
+            )
             continue
         names[target.name] = i
         targets.append(target)
     if errors:
         raise ConfigErrors(errors)
-    return Settings(interval_seconds=interval, state_directory=state_dir,
-                    targets=tuple(targets), source_path=path)
+    return Settings(
+        interval_seconds=interval,
+        state_directory=state_dir,
+        targets=tuple(targets),
+        source_path=path,
+    )
 
 
 def load_settings(path: str | Path) -> Settings:

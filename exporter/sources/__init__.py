@@ -41,14 +41,23 @@ class SourceHealth:
         if previous is None and status.up:
             return
         if previous is not False and not status.up:
-            log.warning("source down source=%s target=%s reason=%s", status.source,
-                        status.target or "-", status.error)
+            log.warning(
+                "source down source=%s target=%s reason=%s",
+                status.source,
+                status.target or "-",
+                status.error,
+            )
         elif previous is False and status.up:
             log.info("source up source=%s target=%s", status.source, status.target or "-")
 
 
-def run_source(name: str, call: Callable[[], T], *, target: str | None = None,
-               clock: Callable[[], float] = time.perf_counter) -> SourceResult[T]:
+def run_source(
+    name: str,
+    call: Callable[[], T],
+    *,
+    target: str | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> SourceResult[T]:
     """Run one sampling call; any exception becomes a failed status with a bounded reason."""
     started = clock()
     try:

@@ -1,0 +1,726 @@
+"""The lifecycle core: (previous state, observation, now) -> new state. Pure: no I/O, no clock.
+
+Theory of operation
+-------------------
+Phases (DESIGN.md): ``down -> starting -> loading -> initializing -> ready -> serving``, plus
+``degraded`` (was ready, probes now fail, process alive) and ``failed`` (the start ended without
+becoming ready). Within one cold start the startup phases only move forward; a new process
+instance (new pid or a reused pid with a new create_time) begins a new cold start.
+
+Readiness comes from the health probe, never from guesses: the engines that matter refuse
+connections until ready (vLLM, SGLang, TGI, Triton), so "connection refused + live process" is
+a startup phase, not ``down``. Where no probe runs (``replay-log``), a log line announcing
+readiness stands in for it.
+
+Progress evidence, per tick, is any of: process-tree ``read_bytes`` growth (block-layer reads,
+which see mmap'd safetensors), GPU memory change, RSS growth (a warm page cache shows no reads
+at all, only residency), a log line that is not benign noise, shard progress, new processes in
+the tree (compilers), or CPU time above a small floor. GPU utilisation alone is never evidence:
+an NCCL hang shows 100 %. Disk counters are evidence only when present; their absence never
+raises a stall on its own.
+
+Stall is a flag on the startup phases: no evidence for longer than the phase's threshold. The
+caller passes thresholds in (configured, or learned from this target's history) so a server
+whose initialisation is silent for ten minutes every time pages no one.
+
+Time is an argument (``now``) so traces replay exactly and tests need neither sleeps nor clock
+patching. The cold start's duration is measured from the process create_time, so it survives
+an exporter restart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Final, TypeVar
+
+from exporter.model import (
+    STARTUP_PHASES,
+    FailureReason,
+    LogClass,
+    LogEvent,
+    Observation,
+    Phase,
+    ProbeOutcome,
+    ProbeResult,
+)
+
+#: Histogram buckets of cold-start durations, seconds (up to an hour, DESIGN.md).
+COLD_START_BUCKETS: Final[tuple[float, ...]] = (
+    15.0,
+    30.0,
+    60.0,
+    120.0,
+    180.0,
+    240.0,
+    300.0,
+    420.0,
+    600.0,
+    900.0,
+    1200.0,
+    1800.0,
+    2700.0,
+    3600.0,
+)
+#: Default stall thresholds when neither config nor history gives one.
+DEFAULT_STALL_SECONDS: Final[Mapping[Phase, float]] = {
+    Phase.STARTING: 300.0,
+    Phase.LOADING: 300.0,
+    Phase.INITIALIZING: 900.0,
+}
+#: A learned threshold is this multiple of the longest quiet stretch seen before...
+LEARNED_STALL_MULTIPLE: Final = 2.0
+#: ...and never below this floor.
+STALL_FLOOR_SECONDS: Final = 60.0
+#: CPU use of the tree that counts as evidence (share of one core); idle runtimes tick below it.
+CPU_EVIDENCE_CORES: Final = 0.05
+#: GPU memory and RSS changes below these are noise (allocator jitter, page-cache churn).
+GPU_EVIDENCE_BYTES: Final = 16 * 2**20
+RSS_EVIDENCE_BYTES: Final = 4 * 2**20
+#: GPU memory flat this long after loading began (and the load looks done) means initializing.
+GPU_PLATEAU_SECONDS: Final = 10.0
+K = TypeVar("K")
+NOTABLE_LINES_KEPT: Final = 10
+TRANSITIONS_KEPT: Final = 20
+
+_ORDER: Final[Mapping[Phase, int]] = {
+    Phase.DOWN: 0,
+    Phase.STARTING: 1,
+    Phase.LOADING: 2,
+    Phase.INITIALIZING: 3,
+    Phase.READY: 4,
+    Phase.SERVING: 5,
+    Phase.DEGRADED: 5,
+    Phase.FAILED: 0,
+}
+
+#: Allowed transitions, h11 style: anything else is a bug in ``_next_phase``.
+TRANSITIONS: Final[Mapping[Phase, frozenset[Phase]]] = {
+    Phase.DOWN: frozenset(
+        {Phase.STARTING, Phase.LOADING, Phase.INITIALIZING, Phase.READY, Phase.FAILED}
+    ),
+    Phase.STARTING: frozenset(
+        {Phase.LOADING, Phase.INITIALIZING, Phase.READY, Phase.FAILED, Phase.DOWN}
+    ),
+    Phase.LOADING: frozenset({Phase.INITIALIZING, Phase.READY, Phase.FAILED, Phase.DOWN}),
+    Phase.INITIALIZING: frozenset({Phase.READY, Phase.FAILED, Phase.DOWN}),
+    Phase.READY: frozenset({Phase.SERVING, Phase.DEGRADED, Phase.DOWN, Phase.STARTING}),
+    Phase.SERVING: frozenset({Phase.READY, Phase.DEGRADED, Phase.DOWN, Phase.STARTING}),
+    Phase.DEGRADED: frozenset({Phase.READY, Phase.DOWN, Phase.STARTING, Phase.FAILED}),
+    Phase.FAILED: frozenset(
+        {Phase.STARTING, Phase.LOADING, Phase.INITIALIZING, Phase.READY, Phase.DOWN}
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Everything the core needs to know beyond the observation; built by the daemon.
+
+    Attributes:
+        stall_seconds: per startup phase, seconds without evidence before ``stalled``.
+        degraded_after: consecutive failed health probes, once ready, before ``degraded``.
+        weights_bytes: size of the model's weights, for read-based progress.
+        expected_peak_gpu_bytes: GPU memory at the end of the last good start.
+        expected_phase_seconds: typical duration of each startup phase (history), for ETA.
+    """
+
+    stall_seconds: Mapping[Phase, float] = field(default_factory=lambda: DEFAULT_STALL_SECONDS)
+    degraded_after: int = 2
+    weights_bytes: int | None = None
+    expected_peak_gpu_bytes: int | None = None
+    expected_phase_seconds: Mapping[Phase, float] = field(default_factory=dict)
+
+    def stall_for(self, phase: Phase) -> float:
+        """The stall threshold of a startup phase."""
+        return self.stall_seconds.get(phase, DEFAULT_STALL_SECONDS.get(phase, 600.0))
+
+
+def learned_stall_seconds(
+    longest_quiet: float | None, configured: float | None, phase: Phase
+) -> float:
+    """Stall threshold: configured, else a multiple of the longest quiet stretch seen before."""
+    if configured is not None:
+        return configured
+    if longest_quiet is None:
+        return DEFAULT_STALL_SECONDS[phase]
+    return max(STALL_FLOOR_SECONDS, LEARNED_STALL_MULTIPLE * longest_quiet)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One phase change and the evidence behind it."""
+
+    at: float
+    from_phase: Phase
+    to_phase: Phase
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ColdStart:
+    """A finished cold start (ready or failed): what history stores and ``/status`` shows."""
+
+    started_at: float
+    ended_at: float
+    outcome: str
+    reason: str | None
+    phase_seconds: tuple[tuple[Phase, float], ...]
+    longest_quiet_seconds: tuple[tuple[Phase, float], ...]
+    read_bytes: int | None
+    peak_gpu_bytes: int | None
+
+    @property
+    def duration_seconds(self) -> float:
+        """From process start to ready (or to failure)."""
+        return self.ended_at - self.started_at
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """Monotonic counts kept across cold starts (exported as ``_total`` counters)."""
+
+    restarts: int = 0
+    start_failures: tuple[tuple[FailureReason, int], ...] = ()
+    log_lines: tuple[tuple[LogClass, int], ...] = ()
+    cold_start_bucket_counts: tuple[int, ...] = (0,) * (len(COLD_START_BUCKETS) + 1)
+    cold_start_sum: float = 0.0
+    cold_start_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """Last values of cumulative signals, to tell growth (evidence) from noise."""
+
+    read_bytes: int | None = None
+    cpu_seconds: float | None = None
+    rss_bytes: int | None = None
+    gpu_bytes: int | None = None
+    disk_read_bytes: int | None = None
+    process_count: int = 0
+    gpu_changed_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetState:
+    """Everything the core knows about one target after a tick; immutable, cheap to share."""
+
+    target: str
+    phase: Phase = Phase.DOWN
+    phase_since: float | None = None
+    reason: str = "not observed yet"
+    pid: int | None = None
+    create_time: float | None = None
+    observed_startup: bool = False
+    ready_at: float | None = None
+    last_progress_at: float | None = None
+    last_evidence: str | None = None
+    stalled: bool = False
+    stall_reason: str | None = None
+    progress_ratio: float | None = None
+    shard_progress: tuple[tuple[str, int, int], ...] = ()
+    eta_seconds: float | None = None
+    failure_reason: FailureReason | None = None
+    health_failures: int = 0
+    last_health: ProbeResult | None = None
+    last_completion: ProbeResult | None = None
+    load_read_bytes: int = 0
+    load_read_base: int | None = None
+    peak_gpu_bytes: int | None = None
+    phase_seconds: tuple[tuple[Phase, float], ...] = ()
+    longest_quiet: tuple[tuple[Phase, float], ...] = ()
+    baseline: Baseline = field(default_factory=Baseline)
+    counters: Counters = field(default_factory=Counters)
+    transitions: tuple[Transition, ...] = ()
+    notable_lines: tuple[LogEvent, ...] = ()
+    last_cold_start: ColdStart | None = None
+    finished_start: ColdStart | None = None
+    updated_at: float | None = None
+
+    @property
+    def ready(self) -> bool:
+        """The server answers its readiness probe (ready or serving)."""
+        return self.phase in (Phase.READY, Phase.SERVING)
+
+    @property
+    def seconds_since_progress(self) -> float | None:
+        """Seconds from the last progress evidence to the last tick (frozen if the loop stalls)."""
+        if self.last_progress_at is None or self.updated_at is None:
+            return None
+        return max(0.0, self.updated_at - self.last_progress_at)
+
+
+def initial_state(target: str) -> TargetState:
+    """The state of a target before its first observation."""
+    return TargetState(target=target)
+
+
+# --- evidence -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Evidence:
+    kinds: tuple[str, ...]
+    log_phase: Phase | None
+    fatal: FailureReason | None
+    gpu_grew: bool
+
+
+def _grew(new: float | None, old: float | None, floor: float) -> bool:
+    return new is not None and old is not None and new - old > floor
+
+
+def _gather_evidence(prev: TargetState, obs: Observation, dt: float) -> _Evidence:
+    """Which progress signals moved since the previous tick."""
+    base, kinds = prev.baseline, []
+    p = obs.process
+    if p is not None:
+        if _grew(p.read_bytes, base.read_bytes, 0):
+            kinds.append("read_bytes")
+        if _grew(p.cpu_seconds, base.cpu_seconds, CPU_EVIDENCE_CORES * max(dt, 1e-3)):
+            kinds.append("cpu")
+        if _grew(p.rss_bytes, base.rss_bytes, RSS_EVIDENCE_BYTES):
+            kinds.append("rss")
+        if base.process_count and p.process_count > base.process_count:
+            kinds.append("new_process")
+        if p.read_bytes is None and _grew(obs.disk_read_bytes, base.disk_read_bytes, 0):
+            kinds.append("disk_reads")
+    gpu_grew = _grew(obs.gpu_memory_bytes, base.gpu_bytes, GPU_EVIDENCE_BYTES)
+    if gpu_grew or _grew(base.gpu_bytes, obs.gpu_memory_bytes, GPU_EVIDENCE_BYTES):
+        kinds.append("gpu_memory")
+    log_phase, fatal = None, None
+    for ev in obs.log_events:
+        if ev.cls is LogClass.FATAL and ev.fatal_reason is not None:
+            fatal = fatal or ev.fatal_reason
+        if ev.phase is not None and (log_phase is None or _ORDER[ev.phase] > _ORDER[log_phase]):
+            log_phase = ev.phase
+        if ev.cls is not LogClass.BENIGN:
+            kinds.append("progress" if ev.progress else "logs")
+    return _Evidence(tuple(dict.fromkeys(kinds)), log_phase, fatal, gpu_grew)
+
+
+def _next_baseline(prev: Baseline, obs: Observation, evidence: _Evidence, now: float) -> Baseline:
+    p = obs.process
+    return Baseline(
+        read_bytes=p.read_bytes if p else None,
+        cpu_seconds=p.cpu_seconds if p else None,
+        rss_bytes=p.rss_bytes if p else None,
+        gpu_bytes=obs.gpu_memory_bytes,
+        disk_read_bytes=obs.disk_read_bytes,
+        process_count=p.process_count if p else 0,
+        gpu_changed_at=now if "gpu_memory" in evidence.kinds else prev.gpu_changed_at,
+    )
+
+
+# --- phase decision -------------------------------------------------------------------------
+
+
+def _health_says(health: ProbeResult | None) -> str:
+    """Summarise the health probe: ok, loading, refused, failing or none."""
+    if health is None:
+        return "none"
+    if health.ok:
+        return "ok"
+    if health.loading:
+        return "loading"
+    if health.outcome is ProbeOutcome.REFUSED:
+        return "refused"
+    return "failing"
+
+
+def _startup_phase(
+    prev: TargetState, obs: Observation, ev: _Evidence, now: float, th: Thresholds
+) -> tuple[Phase, str]:
+    """The startup phase the evidence supports; never earlier than the current one."""
+    current = prev.phase if prev.phase in STARTUP_PHASES else Phase.STARTING
+    candidates: list[tuple[Phase, str]] = [
+        (current, prev.reason if current is prev.phase else "process started")
+    ]
+    if ev.log_phase in STARTUP_PHASES:
+        candidates.append((ev.log_phase, f"log marker announces {ev.log_phase}"))
+    if ev.gpu_grew:
+        candidates.append((Phase.LOADING, "GPU memory climbing"))
+    if "progress" in ev.kinds:
+        candidates.append((Phase.LOADING, "shard progress in logs"))
+    health = _health_says(obs.health)
+    if health == "loading":
+        candidates.append((Phase.LOADING, "health answers 503 Loading model"))
+    if health == "failing" and obs.health is not None and obs.health.status_code == 503:
+        candidates.append((Phase.INITIALIZING, "health answers 503 while warming up"))
+    if _weights_done(prev, obs, now, th):
+        candidates.append((Phase.INITIALIZING, "weights in: GPU memory plateau"))
+    return max(candidates, key=lambda c: _ORDER[c[0]])
+
+
+def _weights_done(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> bool:
+    """GPU memory stopped climbing after loading, and the load looks complete."""
+    if prev.phase is not Phase.LOADING or not obs.gpu_memory_bytes:
+        return False
+    changed = prev.baseline.gpu_changed_at
+    if changed is None or now - changed < GPU_PLATEAU_SECONDS:
+        return False
+    if th.expected_peak_gpu_bytes:
+        return obs.gpu_memory_bytes >= 0.9 * th.expected_peak_gpu_bytes
+    return prev.progress_ratio is None or prev.progress_ratio >= 0.95
+
+
+def _next_phase(
+    prev: TargetState, obs: Observation, ev: _Evidence, now: float, th: Thresholds
+) -> tuple[Phase, str, FailureReason | None]:
+    """Guarded transitions: the one place that decides the phase."""
+    health = _health_says(obs.health)
+    alive = obs.process is not None and not obs.process.zombie
+    was_up = prev.phase in (Phase.READY, Phase.SERVING, Phase.DEGRADED)
+    in_startup = prev.phase in STARTUP_PHASES
+    if ev.fatal is not None and (in_startup or prev.phase is Phase.DOWN) and health != "ok":
+        return Phase.FAILED, f"fatal log line: {ev.fatal}", ev.fatal
+    if health == "ok" or (health == "none" and ev.log_phase is Phase.READY and alive):
+        return _ready_phase(prev, obs)
+    if not alive and obs.process_error is None:
+        if in_startup and prev.pid is not None:
+            return Phase.FAILED, "process exited before ready", FailureReason.EXITED
+        if prev.phase is Phase.FAILED:
+            return Phase.FAILED, prev.reason, prev.failure_reason
+        if was_up:
+            return Phase.DOWN, "process exited", None
+        return Phase.DOWN, _down_reason(obs), None
+    if was_up:
+        if prev.health_failures + 1 >= th.degraded_after:
+            outcome = obs.health.outcome if obs.health else "none"
+            return Phase.DEGRADED, f"health probe {outcome}", None
+        return prev.phase, prev.reason, None
+    if prev.phase is Phase.FAILED and prev.failure_reason is not None:
+        return Phase.FAILED, prev.reason, prev.failure_reason
+    if obs.process is None:  # process source failed this tick: keep what we knew
+        return prev.phase, prev.reason, prev.failure_reason
+    phase, reason = _startup_phase(prev, obs, ev, now, th)
+    return phase, reason, None
+
+
+def _ready_phase(prev: TargetState, obs: Observation) -> tuple[Phase, str, None]:
+    comp = obs.completion
+    if comp is not None and comp.ok and comp.has_choices and prev.ready:
+        return Phase.SERVING, "a completion returned choices", None
+    if prev.phase is Phase.SERVING and (comp is None or comp.ok):
+        return Phase.SERVING, prev.reason, None
+    if comp is not None and not comp.ok and prev.phase is Phase.SERVING:
+        return Phase.READY, f"completion probe {comp.outcome}", None
+    how = "health probe answers OK" if obs.health is not None else "log announces ready"
+    return Phase.READY, how, None
+
+
+def _down_reason(obs: Observation) -> str:
+    if obs.health is not None and obs.health.outcome is ProbeOutcome.REFUSED:
+        return "no process; connection refused"
+    return "no process found"
+
+
+# --- progress, stall and ETA ----------------------------------------------------------------
+
+
+def _merge_shards(
+    prev: tuple[tuple[str, int, int], ...], events: Iterable[LogEvent]
+) -> tuple[tuple[str, int, int], ...]:
+    """Per progress key, the furthest (done, total) seen: ranks repeat the same bar."""
+    merged = {k: (d, t) for k, d, t in prev}
+    for ev in events:
+        if ev.progress is None:
+            continue
+        key = ev.progress_key or "shards"
+        done, total = ev.progress
+        old = merged.get(key)
+        if old is None or total != old[1] or done > old[0]:
+            merged[key] = (max(done, old[0]) if old and total == old[1] else done, total)
+    return tuple((k, d, t) for k, (d, t) in merged.items())
+
+
+def _progress_ratio(state: TargetState, obs: Observation, th: Thresholds) -> float | None:
+    """Shards from logs, else bytes read over the weights' size, else GPU memory vs last peak."""
+    if state.phase in (Phase.DOWN, Phase.FAILED):
+        return state.progress_ratio
+    if _ORDER[state.phase] >= _ORDER[Phase.INITIALIZING]:
+        return 1.0
+    ratio: float | None = None
+    if state.shard_progress:
+        done = sum(d for _, d, _ in state.shard_progress)
+        total = sum(t for _, _, t in state.shard_progress)
+        ratio = done / total if total else None
+    elif th.weights_bytes and state.load_read_bytes:
+        ratio = state.load_read_bytes / th.weights_bytes
+    elif th.expected_peak_gpu_bytes and obs.gpu_memory_bytes is not None:
+        ratio = obs.gpu_memory_bytes / th.expected_peak_gpu_bytes
+    if ratio is None:
+        return state.progress_ratio
+    ratio = min(1.0, max(0.0, ratio))
+    return max(ratio, state.progress_ratio or 0.0)
+
+
+def _eta(state: TargetState, now: float, th: Thresholds) -> float | None:
+    """Seconds until ready: from the load rate plus history's init time, else history alone."""
+    if state.phase not in STARTUP_PHASES or state.create_time is None:
+        return None
+    expected_init = th.expected_phase_seconds.get(Phase.INITIALIZING)
+    ratio = state.progress_ratio
+    if state.phase is Phase.LOADING and ratio and 0 < ratio < 1 and state.phase_since is not None:
+        elapsed = max(1e-6, now - state.phase_since)
+        remaining_load = elapsed * (1 - ratio) / ratio
+        return remaining_load + (expected_init or 0.0)
+    expected_total = sum(th.expected_phase_seconds.get(p, 0.0) for p in STARTUP_PHASES)
+    if expected_total <= 0:
+        return None
+    return max(0.0, expected_total - (now - state.create_time))
+
+
+def _stall(state: TargetState, now: float, th: Thresholds) -> tuple[bool, str | None]:
+    if state.phase not in STARTUP_PHASES or state.last_progress_at is None:
+        return False, None
+    quiet = now - state.last_progress_at
+    limit = th.stall_for(state.phase)
+    if quiet <= limit:
+        return False, None
+    return True, (
+        f"no progress evidence for {quiet:.0f}s in {state.phase} (threshold "
+        f"{limit:.0f}s): disk reads, GPU memory, CPU, processes and logs all quiet"
+    )
+
+
+# --- bookkeeping ----------------------------------------------------------------------------
+
+
+def _add(
+    pairs: tuple[tuple[Phase, float], ...], key: Phase, value: float, *, keep_max: bool = False
+) -> tuple[tuple[Phase, float], ...]:
+    d = dict(pairs)
+    d[key] = max(d.get(key, 0.0), value) if keep_max else d.get(key, 0.0) + value
+    return tuple(d.items())
+
+
+def _bump(pairs: tuple[tuple[K, int], ...], key: K, n: int = 1) -> tuple[tuple[K, int], ...]:
+    d = dict(pairs)
+    d[key] = d.get(key, 0) + n
+    return tuple(d.items())
+
+
+def _count_lines(counters: Counters, events: tuple[LogEvent, ...]) -> Counters:
+    if not events:
+        return counters
+    lines = counters.log_lines
+    for ev in events:
+        lines = _bump(lines, ev.cls)
+    return replace(counters, log_lines=lines)
+
+
+def _observe_cold_start(counters: Counters, seconds: float) -> Counters:
+    i = next((i for i, b in enumerate(COLD_START_BUCKETS) if seconds <= b), len(COLD_START_BUCKETS))
+    buckets = list(counters.cold_start_bucket_counts)
+    buckets[i] += 1
+    return replace(
+        counters,
+        cold_start_bucket_counts=tuple(buckets),
+        cold_start_sum=counters.cold_start_sum + seconds,
+        cold_start_count=counters.cold_start_count + 1,
+    )
+
+
+def _finish_start(
+    state: TargetState, now: float, outcome: str, reason: FailureReason | None
+) -> ColdStart | None:
+    if state.create_time is None or not state.observed_startup:
+        return None
+    return ColdStart(
+        started_at=state.create_time,
+        ended_at=now,
+        outcome=outcome,
+        reason=str(reason) if reason else None,
+        phase_seconds=state.phase_seconds,
+        longest_quiet_seconds=state.longest_quiet,
+        read_bytes=state.load_read_bytes or None,
+        peak_gpu_bytes=state.peak_gpu_bytes,
+    )
+
+
+def _new_instance(prev: TargetState, obs: Observation) -> bool:
+    p = obs.process
+    return p is not None and (prev.pid, prev.create_time) != (p.pid, p.create_time)
+
+
+def _begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetState:
+    """A new process: close the previous instance's story, reset the per-start fields."""
+    assert obs.process is not None
+    state = prev
+    if prev.pid is not None:
+        state = replace(
+            state, counters=replace(state.counters, restarts=state.counters.restarts + 1)
+        )
+        if prev.phase in STARTUP_PHASES:
+            state = _enter(
+                state, Phase.FAILED, "process replaced before ready", FailureReason.EXITED, now
+            )
+        elif prev.phase in (Phase.READY, Phase.SERVING, Phase.DEGRADED):
+            state = _record(state, now, Phase.DOWN, "process replaced")
+    p = obs.process
+    return replace(
+        state,
+        pid=p.pid,
+        create_time=p.create_time,
+        observed_startup=False,
+        ready_at=None,
+        progress_ratio=None,
+        shard_progress=(),
+        eta_seconds=None,
+        failure_reason=None,
+        health_failures=0,
+        load_read_bytes=0,
+        load_read_base=None,
+        peak_gpu_bytes=None,
+        phase_seconds=(),
+        longest_quiet=(),
+        last_progress_at=p.create_time,
+        stalled=False,
+        stall_reason=None,
+        baseline=Baseline(),
+    )
+
+
+def _record(state: TargetState, now: float, to: Phase, reason: str) -> TargetState:
+    """Enter a phase: account the time spent in the old one, remember the transition."""
+    since = state.phase_since if state.phase_since is not None else now
+    seconds = state.phase_seconds
+    if state.phase in STARTUP_PHASES:
+        seconds = _add(seconds, state.phase, max(0.0, now - since))
+    t = Transition(now, state.phase, to, reason)
+    return replace(
+        state,
+        phase=to,
+        phase_since=now,
+        reason=reason,
+        phase_seconds=seconds,
+        transitions=(*state.transitions, t)[-TRANSITIONS_KEPT:],
+    )
+
+
+def _track_load(state: TargetState, obs: Observation) -> TargetState:
+    """Bytes read since loading began, and the peak GPU memory of this start."""
+    p = obs.process
+    peak = state.peak_gpu_bytes
+    if obs.gpu_memory_bytes is not None:
+        peak = max(peak or 0, obs.gpu_memory_bytes)
+    base, loaded = state.load_read_base, state.load_read_bytes
+    if p is not None and p.read_bytes is not None and state.phase in STARTUP_PHASES:
+        if base is None or p.read_bytes < base:
+            base = p.read_bytes  # first sample, or a reset when a worker was reaped
+        else:
+            loaded = max(loaded, p.read_bytes - base)
+    return replace(state, peak_gpu_bytes=peak, load_read_base=base, load_read_bytes=loaded)
+
+
+def _notable(prev: tuple[LogEvent, ...], events: tuple[LogEvent, ...]) -> tuple[LogEvent, ...]:
+    keep = [e for e in events if e.cls in (LogClass.ERROR, LogClass.FATAL)]
+    return (*prev, *keep)[-NOTABLE_LINES_KEPT:] if keep else prev
+
+
+# --- the step -------------------------------------------------------------------------------
+
+
+def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> TargetState:
+    """Advance one target's state by one observation taken at ``now`` (epoch seconds)."""
+    state = replace(prev, finished_start=None)
+    if _new_instance(prev, obs):
+        state = _begin_instance(state, obs, now)
+    dt = now - prev.updated_at if prev.updated_at is not None else 0.0
+    ev = _gather_evidence(state, obs, dt)
+    phase, reason, failure = _next_phase(state, obs, ev, now, th)
+    state = replace(
+        state,
+        shard_progress=_merge_shards(state.shard_progress, obs.log_events),
+        notable_lines=_notable(state.notable_lines, obs.log_events),
+        counters=_count_lines(state.counters, obs.log_events),
+    )
+    state = _track_load(state, obs)
+    if phase is not state.phase and phase in TRANSITIONS[state.phase]:
+        state = _enter(state, phase, reason, failure, now)
+    state = _after_probe(state, obs)
+    if ev.kinds and state.phase in STARTUP_PHASES:
+        state = _note_progress(state, now, ev.kinds)
+    elif state.phase in STARTUP_PHASES and state.last_progress_at is not None:
+        quiet = now - state.last_progress_at
+        state = replace(
+            state, longest_quiet=_add(state.longest_quiet, state.phase, quiet, keep_max=True)
+        )
+    stalled, stall_reason = _stall(state, now, th)
+    state = replace(
+        state,
+        stalled=stalled,
+        stall_reason=stall_reason,
+        updated_at=now,
+        baseline=_next_baseline(state.baseline, obs, ev, now),
+    )
+    state = replace(state, progress_ratio=_progress_ratio(state, obs, th))
+    return replace(state, eta_seconds=_eta(state, now, th))
+
+
+def _enter(
+    state: TargetState, phase: Phase, reason: str, failure: FailureReason | None, now: float
+) -> TargetState:
+    """Apply a transition and what it implies: start seen, cold start finished, failure."""
+    was_startup = state.phase in STARTUP_PHASES
+    first_startup = phase in STARTUP_PHASES and state.phase in (Phase.DOWN, Phase.FAILED)
+    state = _record(state, now, phase, reason)
+    if first_startup:
+        # The cold start began when the process did, not when we first saw it.
+        since = min(now, state.create_time) if state.create_time is not None else now
+        state = replace(state, observed_startup=True, phase_since=since)
+    if phase in (Phase.READY, Phase.SERVING) and state.ready_at is None:
+        finished = _finish_start(state, now, "ready", None)
+        counters = state.counters
+        if finished is not None:
+            counters = _observe_cold_start(counters, finished.duration_seconds)
+        state = replace(
+            state,
+            ready_at=now,
+            counters=counters,
+            finished_start=finished,
+            last_cold_start=finished or state.last_cold_start,
+            stalled=False,
+        )
+    elif phase is Phase.FAILED:
+        reason_ = failure or FailureReason.EXITED
+        finished = _finish_start(state, now, "failed", reason_) if was_startup else None
+        counters = replace(
+            state.counters, start_failures=_bump(state.counters.start_failures, reason_)
+        )
+        state = replace(
+            state,
+            failure_reason=reason_,
+            counters=counters,
+            finished_start=finished,
+            last_cold_start=finished or state.last_cold_start,
+        )
+    return state
+
+
+def _after_probe(state: TargetState, obs: Observation) -> TargetState:
+    h = obs.health
+    failures = 0 if h is None or h.ok else state.health_failures + 1
+    return replace(
+        state,
+        health_failures=failures,
+        last_health=h if h is not None else state.last_health,
+        last_completion=obs.completion or state.last_completion,
+    )
+
+
+def _note_progress(state: TargetState, now: float, kinds: tuple[str, ...]) -> TargetState:
+    quiet = now - state.last_progress_at if state.last_progress_at is not None else 0.0
+    return replace(
+        state,
+        last_progress_at=now,
+        last_evidence=", ".join(kinds),
+        longest_quiet=_add(state.longest_quiet, state.phase, quiet, keep_max=True),
+    )
+
+
+def phase_durations_total(state: TargetState) -> float:
+    """Sum of the recorded startup phase durations (tests check it equals the cold start)."""
+    return math.fsum(s for _, s in state.phase_seconds)
