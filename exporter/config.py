@@ -111,6 +111,8 @@ class Settings:
     state_directory: str = DEFAULT_STATE_DIRECTORY
     targets: tuple[Target, ...] = ()
     source_path: str = ""
+    nvml: bool = True
+    nvml_library_dir: str | None = None
 
 
 def parse_duration(value: object) -> float:
@@ -395,6 +397,8 @@ def parse_settings(data: Mapping[str, Any], path: str) -> Settings:
         "interval", interval, lambda v: None if 0.1 <= v <= 300 else "must be between 100ms and 5m"
     )
     state_dir = ex.get("state_directory", str, DEFAULT_STATE_DIRECTORY)
+    nvml = ex.get("nvml", bool, True)
+    nvml_library_dir = ex.get("nvml_library_dir", str)
     ex.reject_unknown()
     targets: list[Target] = []
     names: dict[str, int] = {}
@@ -423,6 +427,8 @@ def parse_settings(data: Mapping[str, Any], path: str) -> Settings:
         state_directory=state_dir,
         targets=tuple(targets),
         source_path=path,
+        nvml=nvml,
+        nvml_library_dir=nvml_library_dir,
     )
 
 

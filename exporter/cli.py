@@ -1,0 +1,278 @@
+"""Command line: parse arguments, configure logging, build the daemon and hand over.
+
+Subcommands live in their own modules, each exposing ``configure_parser`` and ``run``; this
+module only dispatches. It is the one place that configures logging handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+from typing import Final
+
+from exporter import __version__
+from exporter.errors import ConfigErrors, ExporterError
+
+log = logging.getLogger(__name__)
+
+EXIT_OK: Final = 0
+EXIT_RUNTIME: Final = 1
+EXIT_USAGE: Final = 2
+
+#: Subcommand -> (module, one-line help). Modules are imported only when their command runs.
+COMMANDS: Final[dict[str, tuple[str, str]]] = {
+    "run": ("exporter.cli", "run the exporter daemon (the default)"),
+    "check-config": ("exporter.cli", "validate a config file and exit"),
+    "demo": ("exporter.demo", "run the exporter against a simulated cold-starting engine"),
+    "simulate": ("exporter.simulate", "run a simulated cold-starting inference engine"),
+    "replay-log": ("exporter.replaylog", "replay an engine log file through the classifier"),
+}
+
+RUN_EPILOG: Final = """exit codes:
+  0  stopped cleanly (SIGTERM or SIGINT)
+  1  runtime failure (cannot bind the listen address, ...)
+  2  usage or config error (one line per problem: file, field, reason)
+"""
+
+
+class _LogfmtFormatter(logging.Formatter):
+    def __init__(self, with_time: bool) -> None:
+        super().__init__()
+        self._with_time = with_time
+
+    def format(self, record: logging.LogRecord) -> str:
+        head = f"level={record.levelname.lower()} logger={record.name} msg="
+        if self._with_time:
+            head = f"ts={self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} " + head
+        text = record.getMessage()
+        line = head + (json.dumps(text) if " " in text.split(" ", 1)[0] else text)
+        if record.exc_info:
+            line += " exc=" + json.dumps(self.formatException(record.exc_info))
+        return line
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "ts": record.created,
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    """Configure the root logger; timestamps are left out under systemd (journald adds them)."""
+    import os
+
+    handler = logging.StreamHandler(sys.stderr)
+    under_journal = bool(os.environ.get("JOURNAL_STREAM"))
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else _LogfmtFormatter(not under_journal))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def add_web_and_log_flags(p: argparse.ArgumentParser) -> None:
+    """Flags shared by ``run`` and ``demo``, named as Prometheus exporters name them."""
+    p.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        default=":10049",
+        help="address to listen on for /metrics, /status and the page (default :10049)",
+    )
+    p.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        default=None,
+        help="exporter-toolkit web config (TLS, basic auth, headers)",
+    )
+    add_log_flags(p)
+
+
+def add_log_flags(p: argparse.ArgumentParser) -> None:
+    """``--log.level`` and ``--log.format``."""
+    p.add_argument(
+        "--log.level",
+        dest="log_level",
+        default="info",
+        choices=["debug", "info", "warn", "error"],
+        help="log level (default info)",
+    )
+    p.add_argument(
+        "--log.format",
+        dest="log_format",
+        default="logfmt",
+        choices=["logfmt", "json"],
+        help="log format (default logfmt)",
+    )
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    """Flags of ``run``."""
+    p.add_argument(
+        "--config.file",
+        dest="config_file",
+        default="/etc/inference-lifecycle-exporter/config.toml",
+        help="TOML config file (default /etc/inference-lifecycle-exporter/config.toml)",
+    )
+    add_web_and_log_flags(p)
+
+
+def _configure_check(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config.file", dest="config_file", required=True, help="TOML config file")
+    p.add_argument("config", nargs="?", help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="inference-lifecycle-exporter",
+        description="Watches LLM inference servers through their cold starts and exports "
+        "phase, progress, stall and readiness as Prometheus metrics.",
+    )
+    parser.add_argument("--version", action="version", version=__version__)
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_) in COMMANDS.items():
+        sub = subs.add_parser(
+            name,
+            help=help_,
+            description=help_,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=RUN_EPILOG if name in ("run", "check-config") else None,
+        )
+        if name == "run":
+            configure_parser(sub)
+        elif name == "check-config":
+            _configure_check(sub)
+        else:
+            importlib.import_module(module).configure_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if (
+        not args_list
+        or (args_list[0].startswith("-")
+        and args_list[0] not in ("-h", "--help", "--version"))
+    ):
+        args_list.insert(0, "run")  # `run` is the default subcommand
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    if args.command == "run":
+        return run(args)
+    if args.command == "check-config":
+        return check_config(args)
+    module = importlib.import_module(COMMANDS[args.command][0])
+    result: int = module.run(args)
+    return result
+
+
+def check_config(args: argparse.Namespace) -> int:
+    """Validate a config file: one line per problem on stderr, exit 2; else exit 0."""
+    from exporter.config import load_settings
+
+    try:
+        settings = load_settings(args.config_file)
+    except ConfigErrors as exc:
+        for err in exc.errors:
+            print(err, file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{args.config_file}: OK ({len(settings.targets)} targets)")
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the daemon until SIGTERM or SIGINT; SIGHUP reloads nothing yet but is logged."""
+    from exporter.config import load_settings
+
+    configure_logging(args.log_level, args.log_format)
+    try:
+        settings = load_settings(args.config_file)
+    except ConfigErrors as exc:
+        for err in exc.errors:
+            print(err, file=sys.stderr)
+        return EXIT_USAGE
+    return serve(settings, args.listen_address, args.web_config_file)
+
+
+def serve(
+    settings: object,
+    listen_address: str,
+    web_config_file: str | None,
+    *,
+    stop: threading.Event | None = None,
+) -> int:
+    """Build the daemon and web server, run until stopped; shared by ``run`` and ``demo``."""
+    from prometheus_client import CollectorRegistry
+
+    from exporter.config import Settings
+    from exporter.daemon import Daemon
+    from exporter.metrics import SnapshotCollector
+    from exporter.page import render_page
+    from exporter.status import status_json
+    from exporter.web import WebRoutes, WebServer
+
+    assert isinstance(settings, Settings)
+    stop = stop or threading.Event()
+    daemon = Daemon(settings)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: daemon.latest, __version__))
+    routes = WebRoutes(
+        registry=registry,
+        status=lambda: status_json(daemon.latest),
+        page=lambda: render_page(daemon.latest),
+        ready=lambda: daemon.latest is not None,
+    )
+    server = WebServer(routes, listen_address=listen_address, web_config_file=web_config_file)
+    try:
+        server.start()
+    except ExporterError as exc:
+        log.error("%s", exc)
+        daemon.close()
+        return EXIT_RUNTIME
+    _install_signals(stop)
+    log.info(
+        "started version=%s listen=%s targets=%s interval_s=%g state_dir=%s",
+        __version__,
+        listen_address,
+        ",".join(t.name for t in settings.targets) or "-",
+        settings.interval_seconds,
+        settings.state_directory,
+    )
+    started = time.monotonic()
+    try:
+        daemon.run(stop)
+    finally:
+        server.stop()
+        daemon.close()
+        log.info("stopped after_s=%.0f", time.monotonic() - started)
+    return EXIT_OK
+
+
+def _install_signals(stop: threading.Event) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal received signal=%s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)

@@ -1,0 +1,368 @@
+"""SnapshotCollector: the latest Snapshot -> Prometheus metric families. No I/O.
+
+A custom collector in the client_python style: fresh families every scrape, built from one
+reference to an immutable snapshot. Nothing is registered on the global registry.
+Sampling is timer-driven on purpose (lifecycle needs continuous history), so derived gauges
+say in their HELP that they describe the last tick, and ``last_tick_timestamp_seconds``
+lets an alert catch a stuck loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Final
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from exporter.lifecycle import COLD_START_BUCKETS, TargetState
+from exporter.model import FailureReason, LogClass, Phase, ProbeKind
+from exporter.snapshot import Snapshot, TargetSnapshot
+
+_TICK_NOTE: Final = " (as of the last sampling tick)"
+
+
+class SnapshotCollector(Collector):
+    """Renders whatever snapshot ``latest()`` returns; before the first tick, only build info."""
+
+    def __init__(self, latest: Callable[[], Snapshot | None], version: str) -> None:
+        self._latest = latest
+        self._version = version
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield every metric family of the latest snapshot."""
+        snap = self._latest()
+        yield _build_info(self._version)
+        if snap is None:
+            return
+        yield from exporter_families(snap)
+        yield from server_families(snap.targets)
+        yield from gpu_families(snap)
+        if snap.disk is not None:
+            disk = CounterMetricFamily(
+                "inference_host_disk_read_bytes",
+                "Bytes read from whole disks holding the models (partitions excluded); "
+                "the evidence the lifecycle used" + _TICK_NOTE,
+            )
+            disk.add_metric([], float(snap.disk.read_bytes))
+            yield disk
+
+
+def _build_info(version: str) -> Metric:
+    info = GaugeMetricFamily(
+        "inference_exporter_build_info", "Exporter version; value is 1.", labels=["version"]
+    )
+    info.add_metric([version], 1.0)
+    return info
+
+
+def exporter_families(snap: Snapshot) -> Iterator[Metric]:
+    """The daemon's own health: last tick, tick cost, and each source's success."""
+    tick = GaugeMetricFamily(
+        "inference_exporter_last_tick_timestamp_seconds",
+        "When the sampling loop last completed a tick; alert if time() minus this grows.",
+    )
+    tick.add_metric([], snap.taken_at)
+    yield tick
+    cost = GaugeMetricFamily(
+        "inference_exporter_tick_duration_seconds", "Wall time the last sampling tick took."
+    )
+    cost.add_metric([], snap.tick_duration_seconds)
+    yield cost
+    up = GaugeMetricFamily(
+        "inference_exporter_source_up",
+        "1 if the source could observe in the last tick, 0 if it failed.",
+        labels=["source", "target"],
+    )
+    took = GaugeMetricFamily(
+        "inference_exporter_source_duration_seconds",
+        "Wall time of the source's call in the last tick.",
+        labels=["source", "target"],
+    )
+    for s in snap.sources:
+        up.add_metric([s.source, s.target or ""], 1.0 if s.up else 0.0)
+        took.add_metric([s.source, s.target or ""], s.duration_seconds)
+    yield up
+    yield took
+    errors = CounterMetricFamily(
+        "inference_exporter_source_errors",
+        "Failed source calls since the exporter started.",
+        labels=["source"],
+    )
+    for source, count in snap.source_errors:
+        errors.add_metric([source], float(count))
+    yield errors
+
+
+def _gauge(name: str, doc: str, labels: Iterable[str] = ("target",)) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+def server_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
+    """Per-target families: info, phase, readiness, stall, progress, probes, process."""
+    yield from _info_and_phase(targets)
+    yield from _progress_families(targets)
+    yield from _probe_families(targets)
+    yield from _process_families(targets)
+    yield from _history_families(targets)
+    yield from _counter_families(targets)
+
+
+def _info_and_phase(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
+    info = _gauge(
+        "inference_server_info",
+        "Static facts about a watched server; value is 1. Join on target.",
+        ("target", "engine", "deployment", "model"),
+    )
+    phase = _gauge(
+        "inference_server_phase",
+        "1 for the server's current lifecycle phase, 0 for the others" + _TICK_NOTE,
+        ("target", "phase"),
+    )
+    since = _gauge(
+        "inference_server_phase_start_timestamp_seconds", "When the current phase began."
+    )
+    ready = _gauge(
+        "inference_server_ready", "1 if the readiness probe answers OK (ready or serving)."
+    )
+    for t in targets:
+        s = t.state
+        info.add_metric([t.info.name, t.info.engine, t.info.deployment, t.info.model], 1.0)
+        for p in Phase:
+            phase.add_metric([t.info.name, p.value], 1.0 if s.phase is p else 0.0)
+        if s.phase_since is not None:
+            since.add_metric([t.info.name], s.phase_since)
+        ready.add_metric([t.info.name], 1.0 if s.ready else 0.0)
+    yield from (info, phase, since, ready)
+
+
+def _progress_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
+    stalled = _gauge(
+        "inference_server_stalled",
+        "1 if a starting, loading or initializing server shows no progress evidence for "
+        "longer than its phase's threshold" + _TICK_NOTE,
+    )
+    last = _gauge(
+        "inference_server_last_progress_timestamp_seconds",
+        "When progress evidence (reads, GPU memory, logs, CPU, new processes) was last seen.",
+    )
+    quiet = _gauge(
+        "inference_server_seconds_since_progress",
+        "Seconds from the last progress evidence to the last tick; freezes if the loop "
+        "stalls, so prefer time() - inference_server_last_progress_timestamp_seconds.",
+    )
+    ratio = _gauge(
+        "inference_server_load_progress_ratio",
+        "Weight-loading progress 0-1 from shard counts, bytes read or GPU memory; "
+        "absent when unknown" + _TICK_NOTE,
+    )
+    eta = _gauge(
+        "inference_server_eta_seconds",
+        "Estimated seconds until ready from the load rate and history; absent when unknown"
+        + _TICK_NOTE,
+    )
+    for t in targets:
+        s, name = t.state, t.info.name
+        stalled.add_metric([name], 1.0 if s.stalled else 0.0)
+        _add_if(last, name, s.last_progress_at)
+        _add_if(quiet, name, s.seconds_since_progress)
+        _add_if(ratio, name, s.progress_ratio)
+        _add_if(eta, name, s.eta_seconds)
+    yield from (stalled, last, quiet, ratio, eta)
+
+
+def _add_if(family: GaugeMetricFamily, target: str, value: float | None) -> None:
+    if value is not None:
+        family.add_metric([target], float(value))
+
+
+def _probe_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
+    success = _gauge(
+        "inference_server_probe_success",
+        "1 if the last probe of this kind succeeded.",
+        ("target", "probe"),
+    )
+    took = _gauge(
+        "inference_server_probe_duration_seconds",
+        "Wall time of the last probe of this kind.",
+        ("target", "probe"),
+    )
+    for t in targets:
+        for kind, result in (
+            (ProbeKind.HEALTH, t.state.last_health),
+            (ProbeKind.COMPLETION, t.state.last_completion),
+        ):
+            if result is not None:
+                success.add_metric([t.info.name, kind.value], 1.0 if result.ok else 0.0)
+                took.add_metric([t.info.name, kind.value], result.duration_seconds)
+    yield from (success, took)
+
+
+def _process_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
+    start = _gauge(
+        "inference_server_process_start_time_seconds",
+        "Start time of the server's main process; cold starts are measured from it.",
+    )
+    rss = _gauge(
+        "inference_server_process_resident_memory_bytes",
+        "Resident memory of the server's process tree" + _TICK_NOTE,
+    )
+    count = _gauge("inference_server_processes", "Processes in the server's process tree.")
+    reads = CounterMetricFamily(
+        "inference_server_process_read_bytes",
+        "Block-layer bytes read by the process tree (/proc/PID/io read_bytes; sees mmap).",
+        labels=["target"],
+    )
+    cpu = CounterMetricFamily(
+        "inference_server_process_cpu_seconds",
+        "User and system CPU time of the process tree.",
+        labels=["target"],
+    )
+    gpu = _gauge(
+        "inference_server_gpu_memory_used_bytes",
+        "GPU memory held by the server's process tree, per GPU" + _TICK_NOTE,
+        ("target", "gpu"),
+    )
+    for t in targets:
+        p, name = t.process, t.info.name
+        if p is not None:
+            start.add_metric([name], p.create_time)
+            rss.add_metric([name], float(p.rss_bytes))
+            count.add_metric([name], float(p.process_count))
+            cpu.add_metric([name], p.cpu_seconds)
+            if p.read_bytes is not None:
+                reads.add_metric([name], float(p.read_bytes))
+        for index, used in t.gpu_memory_bytes:
+            gpu.add_metric([name, str(index)], float(used))
+    yield from (start, rss, count, reads, cpu, gpu)
+
+
+def _history_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
+    hist = HistogramMetricFamily(
+        "inference_server_cold_start_duration_seconds",
+        "Cold-start durations observed by this exporter, from process start to ready.",
+        labels=["target"],
+    )
+    last = _gauge(
+        "inference_server_last_cold_start_duration_seconds",
+        "Duration of the last finished cold start (ready or failed).",
+    )
+    phases = _gauge(
+        "inference_server_last_cold_start_phase_duration_seconds",
+        "Time the last finished cold start spent in each startup phase.",
+        ("target", "phase"),
+    )
+    for t in targets:
+        hist.add_metric([t.info.name], _buckets(t.state), t.state.counters.cold_start_sum)
+        cold = t.state.last_cold_start
+        if cold is not None:
+            last.add_metric([t.info.name], cold.duration_seconds)
+            for phase, seconds in cold.phase_seconds:
+                phases.add_metric([t.info.name, phase.value], seconds)
+    yield from (hist, last, phases)
+
+
+def _buckets(state: TargetState) -> list[tuple[str, float]]:
+    out, running = [], 0
+    counts = state.counters.cold_start_bucket_counts
+    for bound, n in zip((*COLD_START_BUCKETS, float("inf")), counts, strict=True):
+        running += n
+        out.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
+    return out
+
+
+def _counter_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
+    restarts = CounterMetricFamily(
+        "inference_server_restarts",
+        "New server processes seen after the first (restarts).",
+        labels=["target"],
+    )
+    failures = CounterMetricFamily(
+        "inference_server_start_failures",
+        "Cold starts that ended without becoming ready, by reason.",
+        labels=["target", "reason"],
+    )
+    lines = CounterMetricFamily(
+        "inference_server_log_lines",
+        "Engine log lines read, by class (benign = known startup noise).",
+        labels=["target", "class"],
+    )
+    for t in targets:
+        c, name = t.state.counters, t.info.name
+        restarts.add_metric([name], float(c.restarts))
+        fails = dict(c.start_failures)
+        for reason in FailureReason:
+            failures.add_metric([name, reason.value], float(fails.get(reason, 0)))
+        counts = dict(c.log_lines)
+        for cls in LogClass:
+            lines.add_metric([name, cls.value], float(counts.get(cls, 0)))
+    yield from (restarts, failures, lines)
+
+
+def gpu_families(snap: Snapshot) -> Iterator[Metric]:
+    """Per-GPU families; a field the GPU does not support is absent, never 0."""
+    labels = ("gpu", "uuid")
+    fams = {
+        "up": _gauge("inference_gpu_up", "1 if the GPU answered NVML in the last sample.", labels),
+        "info": _gauge("inference_gpu_info", "GPU model name; value is 1.", (*labels, "name")),
+        "memory_used_bytes": _gauge(
+            "inference_gpu_memory_used_bytes", "GPU memory in use" + _TICK_NOTE, labels
+        ),
+        "memory_total_bytes": _gauge(
+            "inference_gpu_memory_total_bytes", "GPU memory installed.", labels
+        ),
+        "memory_reserved_bytes": _gauge(
+            "inference_gpu_memory_reserved_bytes", "GPU memory reserved by the driver.", labels
+        ),
+        "utilization_ratio": _gauge(
+            "inference_gpu_utilization_ratio",
+            "Share of time a kernel ran; never progress evidence on its own" + _TICK_NOTE,
+            labels,
+        ),
+        "memory_utilization_ratio": _gauge(
+            "inference_gpu_memory_utilization_ratio",
+            "Share of time GPU memory was read or written" + _TICK_NOTE,
+            labels,
+        ),
+        "pcie_rx_bytes_per_second": _gauge(
+            "inference_gpu_pcie_rx_bytes_per_second",
+            "PCIe receive throughput (host to GPU: weights flowing in)" + _TICK_NOTE,
+            labels,
+        ),
+    }
+    for g in snap.gpus:
+        key = [str(g.index), g.uuid]
+        fams["up"].add_metric(key, 1.0 if g.up else 0.0)
+        fams["info"].add_metric([*key, g.name], 1.0)
+        for attr in (
+            "memory_used_bytes",
+            "memory_total_bytes",
+            "memory_reserved_bytes",
+            "utilization_ratio",
+            "memory_utilization_ratio",
+            "pcie_rx_bytes_per_second",
+        ):
+            value = getattr(g, attr)
+            if value is not None and g.up:
+                fams[attr].add_metric(key, float(value))
+    yield from fams.values()
+    foreign = _gauge(
+        "inference_gpu_foreign_memory_used_bytes",
+        "GPU memory held by processes of no watched server (e.g. an engine auto-started at boot).",
+        ("gpu",),
+    )
+    for index, used in snap.foreign_gpu_memory_bytes:
+        foreign.add_metric([str(index)], float(used))
+    yield foreign
+    unattributed = _gauge(
+        "inference_gpu_unattributed_processes",
+        "GPU processes whose pid is not visible in the exporter's PID namespace.",
+        (),
+    )
+    unattributed.add_metric([], float(snap.unattributed_gpu_processes))
+    yield unattributed

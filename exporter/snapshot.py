@@ -1,0 +1,64 @@
+"""The immutable snapshot the daemon publishes after each tick; renderers read only this.
+
+Plain data, no I/O: ``/metrics``, ``/status``, the page and ``wait`` all render from one
+reference to the latest Snapshot, so a scrape never touches /proc, NVML or the network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from exporter.lifecycle import TargetState
+from exporter.model import DiskSample, GpuSample, ProcessSample, SourceStatus
+
+
+@dataclass(frozen=True, slots=True)
+class TargetInfo:
+    """Static facts about a target, from config (the ``inference_server_info`` labels)."""
+
+    name: str
+    engine: str
+    deployment: str = ""
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSnapshot:
+    """One target after a tick: its lifecycle state plus the raw samples behind it."""
+
+    info: TargetInfo
+    state: TargetState
+    process: ProcessSample | None = None
+    gpu_memory_bytes: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one tick produced, for every renderer.
+
+    Attributes:
+        taken_at: end of the tick, Unix epoch seconds.
+        targets: one entry per configured target, in config order.
+        gpus: the latest GPU sample (empty when NVML is down or absent).
+        gpu_stale: the GPU sample is older than this tick (NVML hung or restarting).
+        foreign_gpu_memory_bytes: per GPU index, memory held by processes of no target.
+        unattributed_gpu_processes: GPU processes whose pid is outside our PID namespace.
+        disk: cumulative host disk reads (whole disks).
+        sources: how each source call of this tick went.
+        source_errors: per source, failed calls since start.
+        tick_duration_seconds: how long sampling took.
+        version: exporter version, for ``inference_exporter_build_info``.
+    """
+
+    taken_at: float
+    targets: tuple[TargetSnapshot, ...] = ()
+    gpus: tuple[GpuSample, ...] = ()
+    gpu_stale: bool = False
+    foreign_gpu_memory_bytes: tuple[tuple[int, int], ...] = ()
+    unattributed_gpu_processes: int = 0
+    disk: DiskSample | None = None
+    sources: tuple[SourceStatus, ...] = ()
+    source_errors: tuple[tuple[str, int], ...] = ()
+    tick_duration_seconds: float = 0.0
+    version: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)

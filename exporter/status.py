@@ -1,0 +1,135 @@
+"""Snapshot -> the ``/status`` JSON document (also read by ``wait``, ``status`` and the page).
+
+No I/O. Everything shown here is already redacted: log lines arrive redacted from the
+classifier, and no command line, URL credential or API key is ever part of a snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from exporter.lifecycle import ColdStart, TargetState, Transition
+from exporter.model import LogEvent, ProbeResult
+from exporter.snapshot import Snapshot, TargetSnapshot
+
+
+def render_status(snap: Snapshot | None) -> dict[str, Any]:
+    """The whole status document as plain JSON-ready data."""
+    if snap is None:
+        return {"ready": False, "targets": [], "sources": [], "gpus": []}
+    return {
+        "ready": True,
+        "version": snap.version,
+        "taken_at": snap.taken_at,
+        "targets": [_target(t, snap.taken_at) for t in snap.targets],
+        "gpus": [
+            {
+                "gpu": g.index,
+                "uuid": g.uuid,
+                "name": g.name,
+                "up": g.up,
+                "memory_used_bytes": g.memory_used_bytes,
+                "memory_total_bytes": g.memory_total_bytes,
+                "utilization_ratio": g.utilization_ratio,
+                "error": g.error,
+            }
+            for g in snap.gpus
+        ],
+        "gpu_stale": snap.gpu_stale,
+        "foreign_gpu_memory_bytes": {str(i): b for i, b in snap.foreign_gpu_memory_bytes},
+        "sources": [
+            {"source": s.source, "target": s.target, "up": s.up, "error": s.error}
+            for s in snap.sources
+        ],
+    }
+
+
+def status_json(snap: Snapshot | None) -> bytes:
+    """The status document encoded as UTF-8 JSON."""
+    return json.dumps(render_status(snap), separators=(",", ":")).encode()
+
+
+def _target(t: TargetSnapshot, now: float) -> dict[str, Any]:
+    s = t.state
+    return {
+        "target": t.info.name,
+        "engine": t.info.engine,
+        "deployment": t.info.deployment,
+        "model": t.info.model,
+        "phase": s.phase.value,
+        "reason": s.reason,
+        "since": s.phase_since,
+        "phase_seconds": now - s.phase_since if s.phase_since is not None else None,
+        "started_at": s.create_time,
+        "elapsed_seconds": now - s.create_time if s.create_time is not None else None,
+        "ready": s.ready,
+        "stalled": s.stalled,
+        "stall_reason": s.stall_reason,
+        "last_progress_at": s.last_progress_at,
+        "last_evidence": s.last_evidence,
+        "progress_ratio": s.progress_ratio,
+        "shards": [{"key": k, "done": d, "total": n} for k, d, n in s.shard_progress],
+        "eta_seconds": s.eta_seconds,
+        "failure_reason": s.failure_reason.value if s.failure_reason else None,
+        "process": _process(t),
+        "gpu_memory_bytes": {str(i): b for i, b in t.gpu_memory_bytes},
+        "probes": {"health": _probe(s.last_health), "completion": _probe(s.last_completion)},
+        "current_phases": _phases(s),
+        "transitions": [_transition(x) for x in s.transitions],
+        "notable_lines": [_line(e) for e in s.notable_lines],
+        "last_cold_start": _cold(s.last_cold_start),
+        "restarts": s.counters.restarts,
+    }
+
+
+def _phases(s: TargetState) -> dict[str, float]:
+    return {p.value: secs for p, secs in s.phase_seconds}
+
+
+def _process(t: TargetSnapshot) -> dict[str, Any] | None:
+    p = t.process
+    if p is None:
+        return None
+    return {
+        "processes": p.process_count,
+        "rss_bytes": p.rss_bytes,
+        "cpu_seconds": p.cpu_seconds,
+        "read_bytes": p.read_bytes,
+        "read_bytes_error": p.read_bytes_error,
+    }
+
+
+def _probe(r: ProbeResult | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {
+        "outcome": r.outcome.value,
+        "status_code": r.status_code,
+        "duration_seconds": r.duration_seconds,
+        "at": r.at,
+        "loading": r.loading,
+    }
+
+
+def _transition(x: Transition) -> dict[str, Any]:
+    return {"at": x.at, "from": x.from_phase.value, "to": x.to_phase.value, "reason": x.reason}
+
+
+def _line(e: LogEvent) -> dict[str, Any]:
+    return {"at": e.at, "class": e.cls.value, "text": e.text}
+
+
+def _cold(c: ColdStart | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {
+        "started_at": c.started_at,
+        "ended_at": c.ended_at,
+        "duration_seconds": c.duration_seconds,
+        "outcome": c.outcome,
+        "reason": c.reason,
+        "phase_seconds": {p.value: s for p, s in c.phase_seconds},
+        "read_bytes": c.read_bytes,
+        "peak_gpu_bytes": c.peak_gpu_bytes,
+    }
