@@ -1,0 +1,416 @@
+"""HTTP probes of one target's health and completion endpoints; the only module importing httpx.
+
+Each probe is bounded by one total deadline and a body cap (after decompression); it never logs
+bodies or the API key. ``X-Prometheus-Scrape-Timeout-Seconds`` does not apply: probes run on the
+daemon's loop, not on demand for a scrape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import socket
+import ssl
+import stat
+import threading
+import time
+import zlib
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import httpx
+
+from exporter import __version__
+from exporter.config import Target
+from exporter.engines import ENGINES
+from exporter.errors import ConfigError
+from exporter.model import ProbeKind, ProbeOutcome, ProbeResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES: Final = 65536
+# wbits 32+15: zlib auto-detects a gzip or zlib header, so "deflate" sent zlib-wrapped works too.
+_AUTO_WBITS: Final = 32 | zlib.MAX_WBITS
+_DECODED_ENCODINGS: Final = frozenset({"gzip", "x-gzip", "deflate"})
+# Events of httpcore's ``trace`` extension that hand over the connection's network stream.
+_STREAM_EVENTS: Final = frozenset(
+    {"connection.connect_tcp.complete", "connection.start_tls.complete"}
+)
+
+
+class _BodyTooLarge(Exception):
+    """The decoded body passed the byte cap."""
+
+
+class _Expired(Exception):
+    """The probe's total deadline passed between two chunks."""
+
+
+@dataclass(slots=True)
+class _Reply:
+    """What arrived of a response so far (mutable while the probe runs)."""
+
+    status: int | None = None
+    body: bytes = b""
+
+
+class _Watchdog:
+    """Shuts the probe's socket down at the deadline, so no single read can outlive it.
+
+    httpx timeouts apply per read (encode/httpx#1450): a server trickling its headers or body
+    would otherwise hold the probe far past its deadline. The socket comes from httpcore's
+    ``trace`` extension; shutting it down wakes the blocked read with an end of file.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._done = False
+        self.fired = False
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        """Trace callback for httpcore: remember the newest socket of this request."""
+        if event not in _STREAM_EVENTS or info.get("return_value") is None:
+            return
+        sock = info["return_value"].get_extra_info("socket")
+        with self._lock:
+            self._sock = sock if isinstance(sock, socket.socket) else None
+            if self.fired:
+                self._shutdown()
+
+    def disarm(self) -> bool:
+        """Stop the timer and leave the socket alone from now on; True if it had fired."""
+        self._timer.cancel()
+        with self._lock:
+            self._done = True
+            return self.fired
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.fired = True
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._sock is None:
+            return
+        # OSError: already closed, the request ended on its own. The base method on purpose:
+        # SSLSocket.shutdown also drops its SSL object, which the reading thread may be using.
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+
+
+class _BodyDecoder:
+    """Decodes gzip/deflate incrementally, never producing more than the cap allows.
+
+    httpx's ``iter_bytes()`` inflates a whole network read at once: one 64 KiB chunk of a gzip
+    bomb becomes about 64 MB in memory before any cap can be checked.
+    """
+
+    def __init__(self, encoding: str, cap: int) -> None:
+        self._inflate = encoding in _DECODED_ENCODINGS
+        self._zlib = zlib.decompressobj(_AUTO_WBITS)
+        self._room = cap
+        self.body = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        """Add one raw chunk.
+
+        Raises:
+            _BodyTooLarge: the decoded body would pass the cap.
+            zlib.error: the compressed stream is corrupt.
+        """
+        while chunk:
+            if not self._inflate:
+                out, chunk = chunk, b""
+            else:
+                # max_length one past the room tells "exactly full" from "too large".
+                out = self._zlib.decompress(chunk, self._room + 1)
+                chunk = self._zlib.unconsumed_tail or self._next_member()
+            if len(out) > self._room:
+                raise _BodyTooLarge
+            self._room -= len(out)
+            self.body += out
+
+    def _next_member(self) -> bytes:
+        # A gzip body may hold several members back to back (RFC 1952 section 2.2).
+        if not self._zlib.eof or not self._zlib.unused_data:
+            return b""
+        rest = self._zlib.unused_data
+        self._zlib = zlib.decompressobj(_AUTO_WBITS)
+        return rest
+
+
+def _content_encoding(response: httpx.Response) -> str:
+    encoding = str(response.headers.get("content-encoding", "identity")).strip().lower()
+    if encoding not in _DECODED_ENCODINGS | {"identity", ""}:
+        raise zlib.error("unsupported content-encoding")
+    return encoding
+
+
+def _read_body(response: httpx.Response, cap: int, deadline: float) -> bytes:
+    decoder = _BodyDecoder(_content_encoding(response), cap)
+    for chunk in response.iter_raw():
+        decoder.feed(chunk)
+        if time.monotonic() >= deadline:
+            raise _Expired
+    return bytes(decoder.body)
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError both derive from it
+        return None
+
+
+def says_loading(status: int, body: bytes) -> bool:
+    """True when a reply says the engine is still loading its model.
+
+    llama.cpp answers ``503 {"error":{"message":"Loading model",...}}``; builds from 2024
+    answered ``503 {"status": "loading model"}`` (ENGINES.md section 3, REAL-ENGINES.md 4).
+    """
+    data = _json(body) if status == 503 else None
+    if not isinstance(data, dict):
+        return False
+    error = data.get("error")
+    texts = (error.get("message") if isinstance(error, dict) else None, data.get("status"))
+    return any(isinstance(t, str) and "loading" in t.lower() for t in texts)
+
+
+def has_choices(body: bytes) -> bool:
+    """True when a completion reply is JSON with a non-empty ``choices`` list."""
+    data = _json(body)
+    return (
+        isinstance(data, dict) and isinstance(data.get("choices"), list) and bool(data["choices"])
+    )
+
+
+def _judge(kind: ProbeKind, reply: _Reply) -> ProbeResult:
+    """Outcome of a complete response; ``at`` and duration are filled in by the caller."""
+    status = reply.status or 0
+    choices = False
+    loading = False
+    if 300 <= status < 400:
+        outcome = ProbeOutcome.REDIRECT
+    elif status in (401, 403):
+        outcome = ProbeOutcome.UNAUTHORIZED
+    elif not 200 <= status < 300:
+        outcome = ProbeOutcome.HTTP_STATUS
+        loading = says_loading(status, reply.body)
+    elif kind is ProbeKind.HEALTH:
+        outcome = ProbeOutcome.OK  # vLLM answers 200 with an empty body
+    else:
+        choices = has_choices(reply.body)
+        outcome = ProbeOutcome.OK if choices else ProbeOutcome.BAD_BODY
+    return ProbeResult(kind, outcome, reply.status, 0.0, 0.0, has_choices=choices, loading=loading)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
+
+
+def _classify(exc: Exception, expired: bool) -> ProbeOutcome:
+    """Bounded outcome of a probe that ended in an exception."""
+    if expired or isinstance(exc, httpx.TimeoutException | _Expired):
+        return ProbeOutcome.TIMEOUT
+    if isinstance(exc, _BodyTooLarge):
+        return ProbeOutcome.BODY_TOO_LARGE
+    if isinstance(exc, zlib.error):
+        return ProbeOutcome.BAD_BODY
+    chain = _causes(exc)
+    if any(isinstance(e, ssl.SSLError) for e in chain):
+        return ProbeOutcome.TLS
+    if any(isinstance(e, OSError) and e.errno == errno.ECONNREFUSED for e in chain):
+        return ProbeOutcome.REFUSED
+    return ProbeOutcome.ERROR
+
+
+def _read_key_file(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+            if mode & stat.S_IROTH:
+                raise ConfigError(
+                    path, "api_key_file", f"is readable by other users (mode {mode:04o}); chmod 600"
+                )
+            raw = f.read(4097)
+    except OSError as exc:
+        raise ConfigError(path, "api_key_file", f"cannot read: {exc.strerror}") from None
+    return raw.decode("ascii", errors="replace").strip()  # U+FFFD fails the ASCII check
+
+
+def load_api_key(target: Target) -> str | None:
+    """The target's API key from ``api_key_file`` or ``api_key_env``; None when neither is set.
+
+    The key never appears in an error message.
+
+    Raises:
+        ConfigError: the file is readable by other users, unreadable, or the key is empty
+            or not one line of printable ASCII; or the environment variable is unset.
+    """
+    if target.api_key_file:
+        where, field = target.api_key_file, "api_key_file"
+        key = _read_key_file(target.api_key_file)
+    elif target.api_key_env:
+        where, field = f"${target.api_key_env}", "api_key_env"
+        key = os.environ.get(target.api_key_env, "").strip()
+    else:
+        return None
+    if not key:
+        raise ConfigError(where, field, "is empty or not set")
+    if len(key) > 4096 or not (key.isascii() and key.isprintable()) or " " in key:
+        raise ConfigError(where, field, "must hold one line of printable ASCII without spaces")
+    return key
+
+
+def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        reason = exc.strerror or exc.__class__.__name__
+        raise ConfigError(ca_file or "", "ca_file", f"cannot load: {reason}") from None
+
+
+class Prober:
+    """Health and completion probes of one target over one reused, private HTTP client.
+
+    Every call makes exactly one request (no retries, no redirects, no proxy from the
+    environment) and returns within ``target.probe_timeout_seconds`` plus scheduling slack.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        ca_file: str | None = None,
+    ) -> None:
+        """Build the client; reads the API key once.
+
+        Raises:
+            ConfigError: the API key or CA file cannot be used (see ``load_api_key``).
+        """
+        self._target = target
+        self._timeout = target.probe_timeout_seconds
+        self._cap = max_body_bytes
+        self._completion_path = ENGINES[target.engine].completion_path
+        headers = {
+            "User-Agent": f"inference-lifecycle-exporter/{__version__}",
+            "Accept": "application/json",
+            "Accept-Encoding": "gzip, deflate",
+        }
+        key = load_api_key(target)
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
+        self._client = httpx.Client(
+            base_url=target.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(self._timeout),
+            limits=httpx.Limits(max_keepalive_connections=0),
+            follow_redirects=False,
+            trust_env=False,
+            verify=_ssl_context(ca_file),
+        )
+        self._last: dict[ProbeKind, ProbeOutcome] = {}
+
+    def probe_health(self) -> ProbeResult:
+        """GET the engine's health path; OK on any 2xx. Never raises."""
+        return self._probe(ProbeKind.HEALTH, "GET", self._target.health_path, None)
+
+    def probe_completion(self) -> ProbeResult:
+        """POST a tiny greedy completion; OK only on 2xx JSON with ``choices``. Never raises."""
+        probe = self._target.completion
+        if probe is None:
+            return ProbeResult(ProbeKind.COMPLETION, ProbeOutcome.ERROR, None, 0.0, time.time())
+        payload = {
+            "model": probe.model,
+            "prompt": probe.prompt,
+            "max_tokens": probe.max_tokens,
+            "temperature": 0,
+        }
+        return self._probe(
+            ProbeKind.COMPLETION, "POST", self._completion_path, json.dumps(payload).encode()
+        )
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self._client.close()
+
+    def _probe(self, kind: ProbeKind, method: str, path: str, content: bytes | None) -> ProbeResult:
+        started = time.monotonic()
+        reply = _Reply()
+        dog = _Watchdog(self._timeout)
+        try:
+            self._exchange(method, path, content, reply, started + self._timeout, dog)
+            result = _judge(kind, reply)
+        except Exception as exc:  # the probe's contract: an outcome, never an exception
+            outcome = _classify(exc, dog.fired)
+            if outcome is ProbeOutcome.ERROR:
+                log.debug(
+                    "probe error target=%s probe=%s error=%s",
+                    self._target.name,
+                    kind,
+                    type(exc).__name__,
+                )
+            result = ProbeResult(kind, outcome, reply.status, 0.0, 0.0)
+        finally:
+            dog.disarm()
+        result = replace(result, duration_seconds=time.monotonic() - started, at=time.time())
+        self._log_edge(result)
+        return result
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        reply: _Reply,
+        deadline: float,
+        dog: _Watchdog,
+    ) -> None:
+        remaining = max(deadline - time.monotonic(), 0.001)
+        headers = {"Content-Type": "application/json"} if content is not None else None
+        request = self._client.build_request(
+            method,
+            path,
+            content=content,
+            headers=headers,
+            timeout=httpx.Timeout(remaining),
+            extensions={"trace": dog.trace},
+        )
+        response = self._client.send(request, stream=True)
+        try:
+            reply.status = response.status_code
+            if not (response.is_redirect or response.status_code in (401, 403)):
+                reply.body = _read_body(response, self._cap, deadline)
+        finally:
+            fired = dog.disarm()  # before close(): the socket must not be touched once released
+            response.close()
+        if fired:  # a close-delimited body cut by the watchdog looks complete; it is not
+            raise _Expired
+
+    def _log_edge(self, result: ProbeResult) -> None:
+        if self._last.get(result.kind) is result.outcome:
+            return
+        self._last[result.kind] = result.outcome
+        log.debug(
+            "probe outcome changed target=%s probe=%s outcome=%s status=%s loading=%s",
+            self._target.name,
+            result.kind,
+            result.outcome,
+            result.status_code,
+            result.loading,
+        )
