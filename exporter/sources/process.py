@@ -1,0 +1,608 @@
+"""Process-tree source: finds a target's main process and sums RSS, CPU and read bytes of its tree.
+
+I/O only. No full host scan while the main process is known, and never a command line in a
+log line, an error or a sample.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import psutil
+
+from exporter.config import Target
+from exporter.errors import SourceError
+from exporter.model import ProcessSample
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CGROUP_ROOT: Final = "/sys/fs/cgroup"
+DEFAULT_RESCAN_EVERY: Final = 10
+_PROC: Final = "/proc"
+# Unified v2 at the root, v2 beside v1 in the hybrid layout, then the v1 named hierarchy.
+_CGROUP_HIERARCHIES: Final = ("", "unified", "systemd")
+_SLICE_DEPTH: Final = 4
+_TCP_TABLES: Final = ("/proc/net/tcp", "/proc/net/tcp6")
+_TCP_LISTEN: Final = "0A"
+_CAP_SYS_PTRACE: Final = 19
+# hidepid=2/invisible and 4/ptraceable remove other users' /proc/PID entirely (ProtectProc=).
+_HIDING_MODES: Final = frozenset({"2", "invisible", "4", "ptraceable"})
+
+
+class ProcessError(enum.StrEnum):
+    """Bounded reasons the process source could not observe (``SourceError.reason``)."""
+
+    PERMISSION_DENIED = "permission_denied"
+    NOT_VISIBLE = "not_visible"
+    INVALID_FINDER = "invalid_finder"
+    UNSUPPORTED = "unsupported"
+
+
+class _Finder(Protocol):
+    """Finds a target's main process; one implementation per target key."""
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """The main process now, or None when there is none (absent, not an error)."""
+        ...
+
+    def members(self) -> list[int] | None:
+        """Every pid of the target when the finder knows them (a cgroup), else None."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """One process's counters in one sample."""
+
+    rss: int
+    cpu: float
+    read_bytes: int | None
+    io_error: ProcessError | None
+    zombie: bool
+
+
+class ProcessSource:
+    """Samples one target's process tree; constructed once per target, called once per tick.
+
+    The main process is found by the target's ``unit`` (its cgroup), ``pidfile`` or ``cmdline``
+    regex, or else as the listener of ``base_url``'s port. The tree is the main process and
+    every descendant seen since it started (a reparented worker stays in it while it lives),
+    or every member of the unit's cgroup. Processes are cached by (pid, start time), so a
+    reused pid is a new process, and children are re-read cheaply from
+    ``/proc/PID/task/TID/children``: the main thread every tick, all threads every
+    ``rescan_every`` ticks.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        cgroup_root: str = DEFAULT_CGROUP_ROOT,
+        rescan_every: int = DEFAULT_RESCAN_EVERY,
+    ) -> None:
+        self.target = target
+        self._finder = _make_finder(target, cgroup_root)
+        self._rescan_every = max(1, rescan_every)
+        self._ticks = 0
+        self._tree: _Tree | None = None
+        self._io_error: str | None = None
+
+    def sample(self) -> ProcessSample | None:
+        """The tree now, or None when no process is found (a valid observation).
+
+        Raises:
+            SourceError: the source cannot observe at all ("permission_denied" when /proc
+                refuses, "not_visible" when /proc hides the target, "invalid_finder").
+        """
+        self._ticks += 1
+        full = self._ticks % self._rescan_every == 0
+        main = self._finder.find(self._tree.main if self._tree else None, full)
+        if main is None:
+            self._forget()
+            return None
+        if self._tree is None or self._tree.main != main:
+            self._forget()
+            self._tree = _Tree.adopt(main)
+            if self._tree is None:
+                return None
+            full = True
+            log.info("process found target=%s pid=%d", self.target.name, main.pid)
+        self._tree.refresh(self._finder.members(), full=full)
+        readings = self._tree.read()
+        if main.pid not in readings:
+            self._forget()  # the main process ended while being read
+            return None
+        sample = _summarise(self._tree, readings)
+        self._note_io(sample.read_bytes_error)
+        return sample
+
+    def _forget(self) -> None:
+        if self._tree is not None:
+            log.info("process gone target=%s pid=%d", self.target.name, self._tree.main.pid)
+        self._tree = None
+
+    def _note_io(self, error: str | None) -> None:
+        if error != self._io_error and error is not None:
+            log.warning("read bytes unavailable target=%s reason=%s", self.target.name, error)
+        elif error != self._io_error:
+            log.info("read bytes available target=%s", self.target.name)
+        self._io_error = error
+
+
+class _Tree:
+    """The cached processes of one main-process instance, keyed by pid."""
+
+    def __init__(self, main: psutil.Process, create_time: float) -> None:
+        self.main = main
+        self.create_time = create_time
+        self.members: dict[int, psutil.Process] = {main.pid: main}
+
+    @classmethod
+    def adopt(cls, main: psutil.Process) -> _Tree | None:
+        """A new tree rooted at ``main``, or None when it ended before it could be read."""
+        try:
+            return cls(main, main.create_time())
+        except psutil.NoSuchProcess:
+            return None
+
+    def refresh(self, known: list[int] | None, *, full: bool) -> None:
+        """Drop ended or reused pids, then add the cgroup's members or new descendants."""
+        for pid, proc in list(self.members.items()):
+            if pid != self.main.pid and not _alive(proc):
+                del self.members[pid]
+        if known is not None:
+            self._replace(known)
+        elif _children_files_supported():
+            self._descend(full)
+        elif full:
+            self._descend_by_scan()
+
+    def read(self) -> dict[int, _Reading]:
+        """Read every member; a process that vanishes meanwhile is dropped, never raised."""
+        readings: dict[int, _Reading] = {}
+        for pid, proc in list(self.members.items()):
+            reading = _read_member(proc)
+            if reading is None:
+                del self.members[pid]
+            else:
+                readings[pid] = reading
+        return readings
+
+    def _replace(self, pids: list[int]) -> None:
+        wanted = set(pids) | {self.main.pid}
+        for pid in set(self.members) - wanted:
+            del self.members[pid]
+        for pid in wanted - set(self.members):
+            if (proc := _process(pid)) is not None:
+                self.members[pid] = proc
+
+    def _descend(self, full: bool) -> None:
+        queue = list(self.members)
+        while queue:
+            pid = queue.pop()
+            for child in _children(pid, all_threads=full):
+                if child not in self.members and (proc := _process(child)) is not None:
+                    self.members[child] = proc
+                    queue.append(child)
+
+    def _descend_by_scan(self) -> None:
+        # Kernels without CONFIG_PROC_CHILDREN: psutil reads every /proc/PID/stat instead.
+        try:
+            found = self.main.children(recursive=True)
+        except psutil.Error:
+            return
+        for proc in found:
+            self.members.setdefault(proc.pid, proc)
+
+
+def _make_finder(target: Target, cgroup_root: str) -> _Finder:
+    if target.unit:
+        return _UnitFinder(target.unit, cgroup_root)
+    if target.pidfile:
+        return _PidfileFinder(target.pidfile, target.name)
+    if target.cmdline:
+        return _CmdlineFinder(target.cmdline)
+    return _PortFinder(target.port)
+
+
+class _UnitFinder:
+    """A systemd unit: the oldest process of its cgroup whose parent is outside it."""
+
+    def __init__(self, unit: str, cgroup_root: str) -> None:
+        self._name = unit if "." in unit else f"{unit}.service"
+        self._root = cgroup_root
+        self._dir: str | None = None
+        self._pids: list[int] = []
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """Read the cgroup's processes; keep the tracked main process while it lives in it."""
+        if "/" in self._name or self._name.startswith(".."):
+            raise SourceError(ProcessError.INVALID_FINDER, "unit name must not contain '/'")
+        self._pids = self._read_procs(full)
+        if not self._pids:
+            return None
+        if tracked is not None and tracked.pid in self._pids and _alive(tracked):
+            return tracked
+        procs = [p for pid in self._pids if (p := _process(pid)) is not None]
+        if not procs:
+            for pid in self._pids:
+                _raise_if_hidden(pid)
+            return None
+        return _oldest_root(procs)
+
+    def members(self) -> list[int] | None:
+        """Every process of the unit's cgroup, read by the last ``find``."""
+        return self._pids
+
+    def _read_procs(self, full: bool) -> list[int]:
+        if self._dir is None or not os.path.isdir(self._dir):
+            self._dir = self._locate(walk=full or self._dir is None)
+        if self._dir is None:
+            return []
+        pids: dict[int, None] = {}
+        for top, _dirs, _files in os.walk(self._dir):
+            pids.update(dict.fromkeys(_read_pids(os.path.join(top, "cgroup.procs"))))
+        return list(pids)
+
+    def _locate(self, *, walk: bool) -> str | None:
+        for hierarchy in _CGROUP_HIERARCHIES:
+            path = os.path.join(self._root, hierarchy, "system.slice", self._name)
+            if os.path.isdir(path):
+                return path
+        if not walk:
+            return None
+        for hierarchy in _CGROUP_HIERARCHIES:
+            if found := _find_in_slices(os.path.join(self._root, hierarchy), self._name):
+                return found
+        return None
+
+
+def _find_in_slices(base: str, name: str, depth: int = _SLICE_DEPTH) -> str | None:
+    """Search ``name`` in ``base`` and, ``depth`` levels down, in slices and user managers."""
+    if os.path.isdir(candidate := os.path.join(base, name)):
+        return candidate
+    if depth == 0:
+        return None
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return None
+    for entry in entries:
+        nests = entry.name.endswith(".slice") or entry.name.startswith("user@")
+        if nests and entry.is_dir() and (found := _find_in_slices(entry.path, name, depth - 1)):
+            return found
+    return None
+
+
+class _PidfileFinder:
+    """A pidfile written by the server or its supervisor."""
+
+    def __init__(self, path: str, target: str) -> None:
+        self._path = path
+        self._target = target
+        self._warned = False
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """The process the pidfile names; a missing file or dead pid is absence."""
+        try:
+            with open(self._path, encoding="ascii", errors="replace") as f:
+                text = f.read(64)
+        except FileNotFoundError:
+            return None
+        except PermissionError as exc:
+            raise SourceError(ProcessError.PERMISSION_DENIED, "pidfile unreadable") from exc
+        pid = _parse_pid(text)
+        if pid is None:
+            self._warn_once()
+            # A pidfile being rewritten reads empty for an instant; keep the known process.
+            return tracked if tracked is not None and _alive(tracked) else None
+        if tracked is not None and tracked.pid == pid and _alive(tracked):
+            return tracked
+        proc = _process(pid)
+        if proc is None:
+            _raise_if_hidden(pid)
+        return proc
+
+    def members(self) -> list[int] | None:
+        """Unknown: the tree is walked from the main process."""
+        return None
+
+    def _warn_once(self) -> None:
+        if not self._warned:
+            log.warning("pidfile holds no pid target=%s path=%s", self._target, self._path)
+            self._warned = True
+
+
+def _parse_pid(text: str) -> int | None:
+    """The pid on a pidfile's first line, or None when it holds none."""
+    words = text.split(maxsplit=1)
+    if not words or not words[0].isdigit():
+        return None
+    pid = int(words[0])
+    return pid if pid > 0 else None
+
+
+class _CmdlineFinder:
+    """A regex over the joined command line; scans the host only while nothing is tracked."""
+
+    def __init__(self, pattern: str) -> None:
+        self._source = pattern
+        self._pattern: re.Pattern[str] | None = None
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """The oldest matching process whose parent does not match."""
+        if tracked is not None and _alive(tracked):
+            return tracked
+        pattern = self._compiled()
+        me = os.getpid()
+        matches = []
+        for proc in psutil.process_iter(["cmdline"]):
+            words = proc.info["cmdline"]
+            if proc.pid != me and words and pattern.search(" ".join(words)):
+                matches.append(proc)
+        if not matches and _proc_hides_pids():
+            raise SourceError(ProcessError.NOT_VISIBLE, "/proc hides other users' processes")
+        return _oldest_root(matches)
+
+    def members(self) -> list[int] | None:
+        """Unknown: the tree is walked from the main process."""
+        return None
+
+    def _compiled(self) -> re.Pattern[str]:
+        if self._pattern is None:
+            try:
+                self._pattern = re.compile(self._source)
+            except re.error as exc:
+                raise SourceError(ProcessError.INVALID_FINDER, "cmdline regex invalid") from exc
+        return self._pattern
+
+
+class _PortFinder:
+    """The process holding the listening socket of base_url's port.
+
+    vLLM and SGLang refuse connections while they load, so a main process found once is kept
+    while it lives (same pid and start time) even when its port is not listening.
+    """
+
+    def __init__(self, port: int) -> None:
+        self._port = port
+        self._unresolved: frozenset[int] = frozenset()
+        self._unresolved_error: SourceError | None = None
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """The listener's main process, or the tracked one while it lives."""
+        if tracked is not None and _alive(tracked):
+            return tracked
+        inodes = _listening_inodes(self._port)
+        if not inodes:
+            return None
+        if inodes == self._unresolved and self._unresolved_error is not None and not full:
+            raise self._unresolved_error  # a full /proc/*/fd scan costs; retry on full ticks
+        owners, denied = _socket_owners(inodes)
+        if owners:
+            self._unresolved_error = None
+            return _oldest_root(owners)
+        if not _listening_inodes(self._port):
+            return None  # the listener closed while we looked
+        reason = ProcessError.PERMISSION_DENIED if denied else ProcessError.NOT_VISIBLE
+        self._unresolved = inodes
+        self._unresolved_error = SourceError(reason, "cannot see who listens on the port")
+        raise self._unresolved_error
+
+    def members(self) -> list[int] | None:
+        """Unknown: the tree is walked from the main process."""
+        return None
+
+
+def _listening_inodes(port: int) -> frozenset[int]:
+    """Socket inodes listening on ``port`` (any address, IPv4 or IPv6)."""
+    inodes: set[int] = set()
+    for table in _TCP_TABLES:
+        try:
+            with open(table, encoding="ascii") as f:
+                lines = f.readlines()[1:]
+        except FileNotFoundError:
+            continue  # no IPv6
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == _TCP_LISTEN:
+                local_port = int(fields[1].rpartition(":")[2], 16)
+                if local_port == port:
+                    inodes.add(int(fields[9]))
+    return frozenset(inodes)
+
+
+def _socket_owners(inodes: frozenset[int]) -> tuple[list[psutil.Process], bool]:
+    """Processes holding any of the socket ``inodes``, and whether some fd table was refused."""
+    links = {f"socket:[{inode}]" for inode in inodes}
+    owners: list[psutil.Process] = []
+    denied = False
+    for pid in (int(name) for name in os.listdir(_PROC) if name.isdigit()):
+        try:
+            holds = _holds_socket(pid, links)
+        except PermissionError:
+            denied = True  # another user's fds, or a target holding more capabilities
+            continue
+        if holds and (proc := _process(pid)) is not None:
+            owners.append(proc)
+    return owners, denied
+
+
+def _holds_socket(pid: int, links: set[str]) -> bool:
+    fd_dir = f"{_PROC}/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"{fd_dir}/{fd}") in links:
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # fd closed meanwhile
+    return False
+
+
+def _process(pid: int) -> psutil.Process | None:
+    """A new psutil handle for ``pid``, or None when it does not exist (or is hidden)."""
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """True while this very process runs (psutil compares pid and start time: no reuse)."""
+    try:
+        return proc.is_running()
+    except psutil.Error:
+        return False
+
+
+def _oldest_root(procs: Iterable[psutil.Process]) -> psutil.Process | None:
+    """The oldest process whose parent is not in ``procs`` (the top of their tree)."""
+    by_pid = {p.pid: p for p in procs}
+    roots: list[tuple[float, psutil.Process]] = []
+    for proc in by_pid.values():
+        try:
+            if proc.ppid() not in by_pid:
+                roots.append((proc.create_time(), proc))
+        except psutil.Error:
+            continue  # ended meanwhile
+    return min(roots, key=lambda r: (r[0], r[1].pid))[1] if roots else None
+
+
+def _raise_if_hidden(pid: int) -> None:
+    """Raise not_visible when ``pid`` exists but /proc shows nothing of it (hidepid)."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError as exc:
+        raise SourceError(ProcessError.NOT_VISIBLE, "/proc hides the target process") from exc
+    except (ProcessLookupError, OverflowError):
+        return
+
+
+def _children(pid: int, *, all_threads: bool) -> list[int]:
+    """Direct children of ``pid``: forked by its main thread, or by any of its threads."""
+    try:
+        tids = os.listdir(f"{_PROC}/{pid}/task") if all_threads else [str(pid)]
+    except OSError:
+        return []
+    children: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"{_PROC}/{pid}/task/{tid}/children", encoding="ascii") as f:
+                children.extend(int(word) for word in f.read().split())
+        except OSError:
+            continue  # thread or process ended
+    return children
+
+
+@functools.cache
+def _children_files_supported() -> bool:
+    return os.path.exists(f"{_PROC}/self/task/{os.getpid()}/children")
+
+
+def _read_pids(path: str) -> list[int]:
+    try:
+        with open(path, encoding="ascii") as f:
+            return [int(word) for word in f.read().split()]
+    except FileNotFoundError:
+        return []  # the cgroup went away with the unit
+    except PermissionError as exc:
+        raise SourceError(ProcessError.PERMISSION_DENIED, "cgroup.procs unreadable") from exc
+
+
+def _read_member(proc: psutil.Process) -> _Reading | None:
+    """One process's counters, or None when it ended (also mid-read)."""
+    try:
+        with proc.oneshot():
+            zombie = proc.status() == psutil.STATUS_ZOMBIE
+            # Reaped children's CPU folds into cutime/cstime as their read_bytes fold into
+            # the parent's /proc/PID/io, so both tree totals survive a reaped worker.
+            times = proc.cpu_times()
+            cpu = times.user + times.system + times.children_user + times.children_system
+            rss = 0 if zombie else proc.memory_info().rss
+        read_bytes, io_error = _read_io(proc)
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied as exc:
+        raise SourceError(ProcessError.PERMISSION_DENIED, "/proc/PID/stat refused") from exc
+    return _Reading(rss, cpu, read_bytes, io_error, zombie)
+
+
+def _read_io(proc: psutil.Process) -> tuple[int | None, ProcessError | None]:
+    """``read_bytes`` of /proc/PID/io; it is mode 0400 (needs CAP_SYS_PTRACE for others)."""
+    if not hasattr(proc, "io_counters"):
+        return None, ProcessError.UNSUPPORTED  # kernel without task I/O accounting
+    try:
+        return proc.io_counters().read_bytes, None
+    except psutil.ZombieProcess:
+        return 0, None  # its bytes are about to fold into its parent
+    except psutil.AccessDenied:
+        return None, ProcessError.PERMISSION_DENIED
+
+
+def _summarise(tree: _Tree, readings: dict[int, _Reading]) -> ProcessSample:
+    """Sum the readings into one sample; one refused read_bytes makes the sum unknown."""
+    main = tree.main
+    io_errors = sorted({r.io_error for r in readings.values() if r.io_error})
+    read_bytes = None if io_errors else sum(r.read_bytes or 0 for r in readings.values())
+    others = sorted(pid for pid in readings if pid != main.pid)
+    return ProcessSample(
+        pid=main.pid,
+        create_time=tree.create_time,
+        pids=(main.pid, *others),
+        rss_bytes=sum(r.rss for r in readings.values()),
+        cpu_seconds=sum(r.cpu for r in readings.values()),
+        read_bytes=read_bytes,
+        read_bytes_error=str(io_errors[0]) if io_errors else None,
+        zombie=readings[main.pid].zombie,
+    )
+
+
+@functools.cache
+def _proc_hides_pids() -> bool:
+    """True when /proc is mounted with hidepid and this process is not exempt from it."""
+    options = _proc_mount_options()
+    if options.get("hidepid") not in _HIDING_MODES:
+        return False
+    gid = options.get("gid")
+    if gid is not None and gid.isdigit() and int(gid) in {os.getegid(), *os.getgroups()}:
+        return False
+    return not _has_capability(_CAP_SYS_PTRACE)
+
+
+def _proc_mount_options() -> dict[str, str]:
+    """Super options of the topmost proc mount on /proc, e.g. {"hidepid": "invisible"}."""
+    options: dict[str, str] = {}
+    try:
+        with open(f"{_PROC}/self/mountinfo", encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError:
+        return options
+    for line in lines:
+        head, _, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if len(fields) > 4 and fields[4] == _PROC and len(rest) > 2 and rest[0] == "proc":
+            pairs = (opt.partition("=") for opt in rest[2].split(","))
+            options = {key: value for key, _, value in pairs}
+    return options
+
+
+def _has_capability(bit: int) -> bool:
+    try:
+        with open(f"{_PROC}/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> bit & 1)
+    except OSError:
+        pass
+    return False
