@@ -46,7 +46,7 @@ class _BodyTooLarge(Exception):
 
 
 class _Expired(Exception):
-    """The probe's total deadline passed between two chunks."""
+    """The probe's total deadline passed before the reply was complete."""
 
 
 @dataclass(slots=True)
@@ -193,15 +193,18 @@ def has_choices(body: bytes) -> bool:
     )
 
 
+def _body_ignored(status: int) -> bool:
+    """Redirect and auth replies are judged by status alone; their bodies are not read."""
+    return 300 <= status < 400 or status in (401, 403)
+
+
 def _judge(kind: ProbeKind, reply: _Reply) -> ProbeResult:
     """Outcome of a complete response; ``at`` and duration are filled in by the caller."""
     status = reply.status or 0
     choices = False
     loading = False
-    if 300 <= status < 400:
-        outcome = ProbeOutcome.REDIRECT
-    elif status in (401, 403):
-        outcome = ProbeOutcome.UNAUTHORIZED
+    if _body_ignored(status):
+        outcome = ProbeOutcome.REDIRECT if status < 400 else ProbeOutcome.UNAUTHORIZED
     elif not 200 <= status < 300:
         outcome = ProbeOutcome.HTTP_STATUS
         loading = says_loading(status, reply.body)
@@ -394,7 +397,7 @@ class Prober:
         response = self._client.send(request, stream=True)
         try:
             reply.status = response.status_code
-            if not (response.is_redirect or response.status_code in (401, 403)):
+            if not _body_ignored(response.status_code):
                 reply.body = _read_body(response, self._cap, deadline)
         finally:
             fired = dog.disarm()  # before close(): the socket must not be touched once released

@@ -173,7 +173,7 @@ def test_hanging_server_times_out_at_the_deadline(server, prober_for):
     result = prober_for(make_target(server.url, timeout=0.5)).probe_health()
     wall = time.monotonic() - started
     assert result.outcome is ProbeOutcome.TIMEOUT
-    assert 0.5 <= wall < 0.9  # generous upper bound: the deadline holds
+    assert 0.5 <= wall < 1.0  # generous upper bound: the deadline holds
 
 
 @pytest.mark.integration
