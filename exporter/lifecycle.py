@@ -80,6 +80,8 @@ GPU_EVIDENCE_BYTES: Final = 16 * 2**20
 RSS_EVIDENCE_BYTES: Final = 4 * 2**20
 #: GPU memory flat this long after loading began (and the load looks done) means initializing.
 GPU_PLATEAU_SECONDS: Final = 10.0
+#: Share of the weights' size read before reads alone mean loading (imports read GBs too).
+LOAD_READ_SHARE: Final = 0.02
 K = TypeVar("K")
 NOTABLE_LINES_KEPT: Final = 10
 TRANSITIONS_KEPT: Final = 20
@@ -213,6 +215,7 @@ class TargetState:
     pid: int | None = None
     create_time: float | None = None
     observed_startup: bool = False
+    started_at: float | None = None
     ready_at: float | None = None
     last_progress_at: float | None = None
     last_evidence: str | None = None
@@ -348,6 +351,8 @@ def _startup_phase(
         candidates.append((Phase.LOADING, "health answers 503 Loading model"))
     if health == "failing" and obs.health is not None and obs.health.status_code == 503:
         candidates.append((Phase.INITIALIZING, "health answers 503 while warming up"))
+    if th.weights_bytes and prev.load_read_bytes >= LOAD_READ_SHARE * th.weights_bytes:
+        candidates.append((Phase.LOADING, "weights being read from disk"))
     if _weights_done(prev, obs, now, th):
         candidates.append((Phase.INITIALIZING, "weights in: GPU memory plateau"))
     return max(candidates, key=lambda c: _ORDER[c[0]])
@@ -362,7 +367,8 @@ def _weights_done(prev: TargetState, obs: Observation, now: float, th: Threshold
         return False
     if th.expected_peak_gpu_bytes:
         return obs.gpu_memory_bytes >= 0.9 * th.expected_peak_gpu_bytes
-    return prev.progress_ratio is None or prev.progress_ratio >= 0.95
+    # Without a progress figure a plateau is ambiguous (a hung load looks the same): stay.
+    return prev.progress_ratio is not None and prev.progress_ratio >= 0.95
 
 
 def _next_phase(
@@ -526,10 +532,10 @@ def _observe_cold_start(counters: Counters, seconds: float) -> Counters:
 def _finish_start(
     state: TargetState, now: float, outcome: str, reason: FailureReason | None
 ) -> ColdStart | None:
-    if state.create_time is None or not state.observed_startup:
+    if state.started_at is None or not state.observed_startup:
         return None
     return ColdStart(
-        started_at=state.create_time,
+        started_at=state.started_at,
         ended_at=now,
         outcome=outcome,
         reason=str(reason) if reason else None,
@@ -565,6 +571,7 @@ def _begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSt
         pid=p.pid,
         create_time=p.create_time,
         observed_startup=False,
+        started_at=None,
         ready_at=None,
         progress_ratio=None,
         shard_progress=(),
@@ -637,10 +644,11 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
         notable_lines=_notable(state.notable_lines, obs.log_events),
         counters=_count_lines(state.counters, obs.log_events),
     )
-    state = _track_load(state, obs)
     if phase is not state.phase and phase in TRANSITIONS[state.phase]:
         state = _enter(state, phase, reason, failure, now)
-    state = _after_probe(state, obs)
+    elif phase is state.phase and reason != state.reason:
+        state = replace(state, reason=reason)
+    state = _after_probe(_track_load(state, obs), obs)
     if ev.kinds and state.phase in STARTUP_PHASES:
         state = _note_progress(state, now, ev.kinds)
     elif state.phase in STARTUP_PHASES and state.last_progress_at is not None:
@@ -670,7 +678,7 @@ def _enter(
     if first_startup:
         # The cold start began when the process did, not when we first saw it.
         since = min(now, state.create_time) if state.create_time is not None else now
-        state = replace(state, observed_startup=True, phase_since=since)
+        state = replace(state, observed_startup=True, phase_since=since, started_at=since)
     if phase in (Phase.READY, Phase.SERVING) and state.ready_at is None:
         finished = _finish_start(state, now, "ready", None)
         counters = state.counters
@@ -693,6 +701,7 @@ def _enter(
         state = replace(
             state,
             failure_reason=reason_,
+            observed_startup=False,  # this start is closed; a later ready is not its end
             counters=counters,
             finished_start=finished,
             last_cold_start=finished or state.last_cold_start,

@@ -1,0 +1,431 @@
+"""Traces of (observation, now) through the pure core: no sleeps, no clock patching."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.lifecycle import (
+    COLD_START_BUCKETS,
+    DEFAULT_STALL_SECONDS,
+    STALL_FLOOR_SECONDS,
+    TRANSITIONS,
+    TargetState,
+    Thresholds,
+    initial_state,
+    learned_stall_seconds,
+    phase_durations_total,
+    step,
+)
+from exporter.model import (
+    STARTUP_PHASES,
+    FailureReason,
+    LogClass,
+    LogEvent,
+    Observation,
+    Phase,
+    ProbeKind,
+    ProbeOutcome,
+    ProbeResult,
+    ProcessSample,
+)
+
+T0 = 1_700_000_000.0
+GiB = 2**30
+
+
+def proc(pid=100, start=T0, rss=GiB, cpu=1.0, read=0, n=2, zombie=False):
+    return ProcessSample(
+        pid=pid,
+        create_time=start,
+        pids=tuple(range(pid, pid + n)),
+        rss_bytes=rss,
+        cpu_seconds=cpu,
+        read_bytes=read,
+        zombie=zombie,
+    )
+
+
+def health(outcome=ProbeOutcome.REFUSED, status=None, at=T0, loading=False):
+    return ProbeResult(ProbeKind.HEALTH, outcome, status, 0.001, at, loading=loading)
+
+
+OK = health(ProbeOutcome.OK, 200)
+REFUSED = health()
+
+
+def completion(ok=True):
+    outcome = ProbeOutcome.OK if ok else ProbeOutcome.BAD_BODY
+    return ProbeResult(ProbeKind.COMPLETION, outcome, 200, 0.01, T0, has_choices=ok)
+
+
+def line(text, cls=LogClass.INFO, **kw):
+    return LogEvent(cls=cls, text=text, at=T0, **kw)
+
+
+def run_trace(trace, th=None, state=None):
+    """Feed (seconds after T0, Observation kwargs) pairs; return every state."""
+    th = th or Thresholds()
+    state = state or initial_state("t")
+    states = []
+    for offset, kw in trace:
+        now = T0 + offset
+        state = step(state, Observation(target="t", at=now, **kw), now, th)
+        states.append(state)
+    return states
+
+
+def phases(states):
+    out = []
+    for s in states:
+        if not out or out[-1] != s.phase:
+            out.append(s.phase)
+    return out
+
+
+def healthy_start():
+    """A cold start: refused while loading (reads, GPU memory climbing), then healthy."""
+    trace = [(0, dict(health=REFUSED))]
+    for i in range(1, 6):
+        trace.append(
+            (
+                i,
+                dict(
+                    process=proc(read=i * GiB, cpu=i), health=REFUSED, gpu_memory_bytes=i * 10 * GiB
+                ),
+            )
+        )
+    trace.append(
+        (
+            6,
+            dict(
+                process=proc(read=5 * GiB, cpu=9),
+                health=REFUSED,
+                gpu_memory_bytes=50 * GiB,
+                log_events=(line("KV cache", LogClass.MARKER, phase=Phase.INITIALIZING),),
+            ),
+        )
+    )
+    trace.append(
+        (8, dict(process=proc(read=5 * GiB, cpu=12), health=OK, gpu_memory_bytes=70 * GiB))
+    )
+    trace.append(
+        (
+            9,
+            dict(
+                process=proc(read=5 * GiB, cpu=13),
+                health=OK,
+                completion=completion(),
+                gpu_memory_bytes=70 * GiB,
+            ),
+        )
+    )
+    return trace
+
+
+def test_healthy_cold_start_goes_through_every_phase_and_is_timed_from_process_start():
+    states = run_trace(healthy_start())
+    assert phases(states) == [
+        Phase.DOWN,
+        Phase.STARTING,
+        Phase.LOADING,
+        Phase.INITIALIZING,
+        Phase.READY,
+        Phase.SERVING,
+    ]
+    final = states[-1]
+    assert final.counters.cold_start_count == 1
+    # measured from create_time (T0), not from when the exporter first saw the process
+    assert final.last_cold_start is not None
+    assert final.last_cold_start.duration_seconds == pytest.approx(8.0)
+    assert phase_durations_total(final) == pytest.approx(8.0)
+    assert not any(s.stalled for s in states)
+
+
+def test_connection_refused_with_a_live_process_is_starting_not_down():
+    states = run_trace(
+        [(0, dict(process=proc(), health=REFUSED)), (1, dict(process=proc(), health=REFUSED))]
+    )
+    assert states[-1].phase is Phase.STARTING
+
+
+def test_no_process_and_refused_is_down():
+    states = run_trace([(0, dict(health=REFUSED))])
+    assert states[-1].phase is Phase.DOWN
+    assert "refused" in states[-1].reason
+
+
+def test_llamacpp_503_loading_model_is_loading():
+    states = run_trace(
+        [(0, dict(process=proc(), health=health(ProbeOutcome.HTTP_STATUS, 503, loading=True)))]
+    )
+    assert states[-1].phase is Phase.LOADING
+
+
+def test_process_exit_during_load_is_failed_exited_and_counted():
+    trace = healthy_start()[:3] + [(3, dict(health=REFUSED))]
+    final = run_trace(trace)[-1]
+    assert final.phase is Phase.FAILED
+    assert final.failure_reason is FailureReason.EXITED
+    assert dict(final.counters.start_failures) == {FailureReason.EXITED: 1}
+    assert final.last_cold_start is not None and final.last_cold_start.outcome == "failed"
+
+
+def test_fatal_log_line_fails_the_start_with_its_reason_even_before_exit():
+    oom = line(
+        "torch.OutOfMemoryError: CUDA out of memory", LogClass.FATAL, fatal_reason=FailureReason.OOM
+    )
+    trace = healthy_start()[:3] + [
+        (3, dict(process=proc(read=3 * GiB), health=REFUSED, log_events=(oom,)))
+    ]
+    final = run_trace(trace)[-1]
+    assert final.phase is Phase.FAILED
+    assert final.failure_reason is FailureReason.OOM
+    assert final.notable_lines[-1].text.startswith("torch.OutOfMemoryError")
+
+
+def test_stop_of_a_ready_server_is_down_not_failure():
+    trace = healthy_start() + [(20, dict(health=REFUSED))]
+    final = run_trace(trace)[-1]
+    assert final.phase is Phase.DOWN
+    assert final.counters.start_failures == ()
+
+
+def test_flapping_health_after_ready_is_degraded_then_recovers():
+    failing = health(ProbeOutcome.HTTP_STATUS, 503)
+    trace = healthy_start() + [
+        (10, dict(process=proc(cpu=13), health=failing)),
+        (11, dict(process=proc(cpu=13), health=failing)),
+    ]
+    states = run_trace(trace)
+    assert states[-2].phase is Phase.SERVING  # one failure is tolerated
+    assert states[-1].phase is Phase.DEGRADED
+    recovered = run_trace([(12, dict(process=proc(cpu=13), health=OK))], state=states[-1])
+    assert recovered[-1].phase is Phase.READY
+
+
+def test_silence_beyond_the_threshold_raises_stall_and_names_the_quiet_evidence():
+    th = Thresholds(stall_seconds={Phase.STARTING: 30, Phase.LOADING: 30, Phase.INITIALIZING: 30})
+    trace = healthy_start()[:4]
+    trace += [
+        (t, dict(process=proc(read=3 * GiB, cpu=3), health=REFUSED, gpu_memory_bytes=30 * GiB))
+        for t in range(4, 40, 2)
+    ]
+    states = run_trace(trace, th)
+    stalled_at = [T0 + t for (t, _), s in zip(trace, states, strict=True) if s.stalled]
+    assert stalled_at, "a 36 s silence with a 30 s threshold must stall"
+    assert stalled_at[0] - T0 <= 3 + 30 + 2
+    assert "quiet" in (states[-1].stall_reason or "")
+    assert states[-1].phase is Phase.LOADING
+
+
+def test_slow_load_with_only_disk_reads_never_stalls():
+    th = Thresholds(stall_seconds={Phase.STARTING: 30, Phase.LOADING: 30, Phase.INITIALIZING: 30})
+    trace = [
+        (t, dict(process=proc(read=t * 2**20, cpu=1.0), health=REFUSED)) for t in range(0, 300, 5)
+    ]
+    states = run_trace(trace, th)
+    assert not any(s.stalled for s in states)
+
+
+def test_warm_page_cache_load_progresses_on_gpu_memory_alone():
+    th = Thresholds(stall_seconds={Phase.STARTING: 30, Phase.LOADING: 30, Phase.INITIALIZING: 30})
+    trace = [
+        (t, dict(process=proc(read=0, cpu=1.0), health=REFUSED, gpu_memory_bytes=t * GiB))
+        for t in range(0, 120, 5)
+    ]
+    states = run_trace(trace, th)
+    assert states[-1].phase is Phase.LOADING
+    assert not any(s.stalled for s in states)
+
+
+def test_gpu_utilisation_alone_is_not_progress():
+    # NCCL hang: nothing moves; utilisation is not even an input of the core.
+    th = Thresholds(stall_seconds={Phase.STARTING: 10, Phase.LOADING: 10, Phase.INITIALIZING: 10})
+    trace = [
+        (t, dict(process=proc(read=GiB, cpu=1.0), health=REFUSED, gpu_memory_bytes=40 * GiB))
+        for t in range(0, 30, 2)
+    ]
+    assert run_trace(trace, th)[-1].stalled
+
+
+def test_shard_progress_aggregates_ranks_and_never_regresses_when_a_draft_loads():
+    def bar(done, total, key="shards"):
+        return line(
+            f"Loading safetensors checkpoint shards: {done}/{total}",
+            LogClass.PROGRESS,
+            progress=(done, total),
+            progress_key=key,
+        )
+
+    trace = [
+        (0, dict(process=proc(), health=REFUSED, log_events=(bar(10, 64), bar(8, 64)))),
+        (1, dict(process=proc(), health=REFUSED, log_events=(bar(32, 64),))),
+        (2, dict(process=proc(), health=REFUSED, log_events=(bar(64, 64),))),
+        (3, dict(process=proc(), health=REFUSED, log_events=(bar(1, 4, "draft:shards"),))),
+    ]
+    ratios = [s.progress_ratio for s in run_trace(trace)]
+    assert ratios[0] == pytest.approx(10 / 64)
+    assert ratios[1] == pytest.approx(0.5)
+    assert ratios == sorted(ratios)
+
+
+def test_progress_from_bytes_read_over_weights_size_and_an_eta():
+    th = Thresholds(weights_bytes=10 * GiB)
+    trace = [(t, dict(process=proc(read=t * GiB), health=REFUSED)) for t in range(0, 6)]
+    final = run_trace(trace, th)[-1]
+    assert final.progress_ratio == pytest.approx(0.5)
+    assert final.eta_seconds is not None and final.eta_seconds > 0
+
+
+def test_progress_and_eta_are_absent_when_unknown():
+    final = run_trace([(0, dict(process=proc(), health=REFUSED))])[-1]
+    assert final.progress_ratio is None
+    assert final.eta_seconds is None
+
+
+def test_new_process_is_a_new_cold_start_and_a_restart():
+    trace = healthy_start() + [(30, dict(process=proc(pid=200, start=T0 + 29), health=REFUSED))]
+    final = run_trace(trace)[-1]
+    assert final.counters.restarts == 1
+    assert final.phase is Phase.STARTING
+    assert final.create_time == T0 + 29
+
+
+def test_pid_reuse_with_a_new_create_time_is_a_new_instance():
+    trace = healthy_start()[:3] + [(3, dict(process=proc(start=T0 + 2.5), health=REFUSED))]
+    final = run_trace(trace)[-1]
+    assert final.counters.restarts == 1
+    assert dict(final.counters.start_failures) == {FailureReason.EXITED: 1}
+
+
+def test_log_ready_marker_stands_in_for_the_probe_only_when_no_probe_runs():
+    ready = line("The server is fired up and ready to roll!", LogClass.MARKER, phase=Phase.READY)
+    no_probe = run_trace([(0, dict(process=proc(), log_events=(ready,)))])
+    assert no_probe[-1].phase is Phase.READY
+    probing = run_trace([(0, dict(process=proc(), health=REFUSED, log_events=(ready,)))])
+    assert probing[-1].phase is not Phase.READY
+
+
+def test_exporter_started_after_the_server_was_ready_records_no_cold_start():
+    final = run_trace([(0, dict(process=proc(start=T0 - 86400), health=OK))])[-1]
+    assert final.phase is Phase.READY
+    assert final.counters.cold_start_count == 0
+
+
+def test_learned_stall_threshold_follows_history_with_a_floor():
+    assert learned_stall_seconds(None, None, Phase.LOADING) == DEFAULT_STALL_SECONDS[Phase.LOADING]
+    assert learned_stall_seconds(600.0, None, Phase.INITIALIZING) == 1200.0
+    assert learned_stall_seconds(1.0, None, Phase.LOADING) == STALL_FLOOR_SECONDS
+    assert learned_stall_seconds(600.0, 45.0, Phase.LOADING) == 45.0
+
+
+def test_cold_start_histogram_buckets_the_duration():
+    final = run_trace(healthy_start())[-1]
+    counts = final.counters.cold_start_bucket_counts
+    assert len(counts) == len(COLD_START_BUCKETS) + 1
+    assert counts[0] == 1  # 8 s falls in the first bucket (<= 15 s)
+
+
+# --- properties -----------------------------------------------------------------------------
+
+probes = st.sampled_from(
+    [
+        None,
+        OK,
+        REFUSED,
+        health(ProbeOutcome.TIMEOUT),
+        health(ProbeOutcome.HTTP_STATUS, 503),
+        health(ProbeOutcome.HTTP_STATUS, 503, loading=True),
+    ]
+)
+events = st.lists(
+    st.sampled_from(
+        [
+            line("noise", LogClass.BENIGN),
+            line("x", LogClass.MARKER, phase=Phase.LOADING),
+            line("y", LogClass.MARKER, phase=Phase.INITIALIZING),
+            line("z", LogClass.MARKER, phase=Phase.READY),
+            line("bar", LogClass.PROGRESS, progress=(3, 8), progress_key="shards"),
+            line("bar", LogClass.PROGRESS, progress=(8, 8), progress_key="shards"),
+            line("oom", LogClass.FATAL, fatal_reason=FailureReason.OOM),
+        ]
+    ),
+    max_size=3,
+).map(tuple)
+processes = st.one_of(
+    st.none(),
+    st.builds(
+        proc,
+        pid=st.sampled_from([100, 200]),
+        start=st.sampled_from([T0, T0 + 1]),
+        rss=st.integers(0, 2**40),
+        cpu=st.floats(0, 1e5),
+        read=st.integers(0, 2**40),
+        n=st.integers(1, 70),
+        zombie=st.booleans(),
+    ),
+)
+ticks = st.lists(
+    st.tuples(
+        st.floats(0.1, 120),
+        processes,
+        probes,
+        events,
+        st.one_of(st.none(), st.integers(0, 2**37)),
+        st.sampled_from([None, completion(True), completion(False)]),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ticks)
+def test_invariants_hold_on_arbitrary_observation_sequences(seq):
+    state, now, th = initial_state("t"), T0, Thresholds(weights_bytes=10 * GiB)
+    ready_seen = False
+    start_key = None
+    last_ratio: float | None = None
+    for dt, p, h, evs, gpu, comp in seq:
+        now += dt
+        prev = state
+        state = step(
+            state,
+            Observation(
+                "t", now, process=p, health=h, log_events=evs, gpu_memory_bytes=gpu, completion=comp
+            ),
+            now,
+            th,
+        )
+        if state.phase is not prev.phase:
+            assert state.phase in TRANSITIONS[prev.phase] or (state.pid, state.create_time) != (
+                prev.pid,
+                prev.create_time,
+            )
+        key = (state.pid, state.create_time)
+        if key != start_key:
+            start_key, last_ratio, ready_seen = key, None, False
+        if state.ready:
+            ready_seen = True
+        if state.phase is Phase.SERVING:
+            assert ready_seen or prev.ready, "serving never before ready"
+        if state.stalled:
+            assert state.phase in STARTUP_PHASES
+        if state.phase in STARTUP_PHASES and state.progress_ratio is not None:
+            assert last_ratio is None or state.progress_ratio >= last_ratio
+            last_ratio = state.progress_ratio
+        if state.finished_start is not None and state.finished_start.outcome == "ready":
+            total = sum(s for _, s in state.finished_start.phase_seconds)
+            assert total == pytest.approx(state.finished_start.duration_seconds, abs=1e-6)
+
+
+def test_state_is_immutable_and_step_is_deterministic():
+    a = run_trace(healthy_start())
+    b = run_trace(healthy_start())
+    assert a == b
+    with pytest.raises(AttributeError):
+        a[-1].phase = Phase.DOWN  # type: ignore[misc]
+    assert isinstance(replace(a[-1]), TargetState)
