@@ -1,0 +1,243 @@
+"""The supervised child that owns NVML for ``exporter.sources.gpu``; one JSON line per request.
+
+It imports ``pynvml`` (the only module besides sources/gpu.py allowed to) so that a call that
+crashes or hangs in the driver takes down this process, never the daemon. No policy here: the
+parent classifies errors, checks records, logs and restarts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, BinaryIO, Final
+
+#: The parent's request; anything else on stdin is ignored. EOF ends the child.
+REQUEST: Final = b"sample\n"
+
+# NVML return codes used here (nvml.h); the binding's NVMLError carries them as ``.value``.
+_NOT_SUPPORTED: Final = 3
+_FUNCTION_NOT_FOUND: Final = 13
+_GPU_IS_LOST: Final = 15
+_RESET_REQUIRED: Final = 16
+_ARGUMENT_VERSION_MISMATCH: Final = 25
+_INSUFFICIENT_SIZE: Final = 7
+_PCIE_UTIL_RX_BYTES: Final = 1
+_NOT_AVAILABLE: Final = 2**64 - 1
+#: Codes after which the GPU itself is gone, not just one field.
+_DEVICE_DOWN: Final = {_GPU_IS_LOST: "gpu_lost", _RESET_REQUIRED: "reset_required"}
+_PROCESS_APIS: Final = ("v3", "v2", "v1")
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    """``nvmlProcessInfo_v1_t``: the binding has no wrapper for the unversioned call any more."""
+
+    _fields_ = (("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong))
+
+
+class _DeviceDown(Exception):
+    """A call said the whole GPU is gone (lost, or needs a reset)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+@dataclass(slots=True)
+class _Device:
+    handle: Any
+    uuid: str
+    name: str
+
+
+@dataclass(slots=True)
+class Sampler:
+    """Reads every GPU through the binding; versioned calls are resolved once per child."""
+
+    nvml: ModuleType
+    pcie: bool = True
+    memory_v2: bool = True
+    process_api: str | None = None
+    devices: dict[int, _Device] = field(default_factory=dict)
+    identities: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+    def sample(self) -> dict[str, Any]:
+        """One reply: every GPU, every compute process, or the code that stopped the listing."""
+        try:
+            count = int(self.nvml.nvmlDeviceGetCount())
+        except self.nvml.NVMLError as exc:
+            return {"code": int(exc.value)}
+        if count != len(self.identities):
+            self.devices.clear()
+            self.identities.clear()
+        gpus: list[dict[str, Any]] = []
+        procs: list[list[int | None]] = []
+        for index in range(count):
+            gpus.append(self._sample_gpu(index, procs))
+        return {"gpus": gpus, "procs": procs, "process_api": self.process_api}
+
+    def _sample_gpu(self, index: int, procs: list[list[int | None]]) -> dict[str, Any]:
+        try:
+            device = self._device(index)
+            gpu = {"index": index, "uuid": device.uuid, "name": device.name, "up": True}
+            gpu.update(self._memory(device.handle))
+            gpu.update(self._utilization(device.handle))
+            if self.pcie:
+                gpu["pcie_rx_kb"] = self._field(
+                    self.nvml.nvmlDeviceGetPcieThroughput, device.handle, _PCIE_UTIL_RX_BYTES
+                )
+            procs.extend([index, pid, used] for pid, used in self._processes(device.handle))
+        except _DeviceDown as down:
+            self.devices.pop(index, None)
+            uuid, name = self.identities.get(index, ("", ""))
+            return {"index": index, "uuid": uuid, "name": name, "up": False, "error": down.error}
+        return gpu
+
+    def _device(self, index: int) -> _Device:
+        device = self.devices.get(index)
+        if device is None:
+            handle = self._call(self.nvml.nvmlDeviceGetHandleByIndex, index)
+            uuid = str(self._call(self.nvml.nvmlDeviceGetUUID, handle))
+            name = str(self._call(self.nvml.nvmlDeviceGetName, handle))
+            device = self.devices[index] = _Device(handle, uuid, name)
+            self.identities[index] = (uuid, name)
+        return device
+
+    def _call(self, function: Any, *args: Any) -> Any:
+        """Call the binding; turn lost-GPU codes into ``_DeviceDown``, re-raise the rest."""
+        try:
+            return function(*args)
+        except self.nvml.NVMLError as exc:
+            if exc.value in _DEVICE_DOWN:
+                raise _DeviceDown(_DEVICE_DOWN[exc.value]) from exc
+            raise
+
+    def _field(self, function: Any, *args: Any) -> Any:
+        """A value a GPU may not support: None instead of an error, never a fake 0."""
+        try:
+            return self._call(function, *args)
+        except self.nvml.NVMLError:
+            return None
+
+    def _memory(self, handle: Any) -> dict[str, int | None]:
+        if self.memory_v2:
+            try:
+                info = self._call(
+                    self.nvml.nvmlDeviceGetMemoryInfo, handle, self.nvml.nvmlMemory_v2
+                )
+                return {
+                    "used": int(info.used),
+                    "total": int(info.total),
+                    "reserved": int(info.reserved),
+                }
+            except self.nvml.NVMLError as exc:
+                # Drivers before R510 lack _v2 or reject its version: use v1 from now on.
+                if exc.value in (_FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH):
+                    self.memory_v2 = False
+        info = self._field(self.nvml.nvmlDeviceGetMemoryInfo, handle)
+        if info is None:
+            return {}
+        return {"used": int(info.used), "total": int(info.total)}
+
+    def _utilization(self, handle: Any) -> dict[str, int]:
+        rates = self._field(self.nvml.nvmlDeviceGetUtilizationRates, handle)
+        return {} if rates is None else {"util": int(rates.gpu), "mem_util": int(rates.memory)}
+
+    def _processes(self, handle: Any) -> list[tuple[int, int | None]]:
+        if self.process_api == "none":
+            return []
+        for api in _PROCESS_APIS[_PROCESS_APIS.index(self.process_api or "v3") :]:
+            try:
+                records = self._call(self._process_function(api), handle)
+            except self.nvml.NVMLError as exc:
+                if exc.value == _FUNCTION_NOT_FOUND:
+                    continue
+                return []  # NOT_SUPPORTED (MIG), NO_PERMISSION: no records, not a failure
+            self.process_api = api
+            return [(int(r.pid), _memory_or_none(r.usedGpuMemory)) for r in records]
+        self.process_api = "none"
+        return []
+
+    def _process_function(self, api: str) -> Any:
+        if api == "v1":
+            return self._processes_v1
+        return getattr(self.nvml, f"nvmlDeviceGetComputeRunningProcesses_{api}")
+
+    def _processes_v1(self, handle: Any) -> list[_ProcessInfoV1]:
+        # nvidia-ml-py 12.535+ maps the unversioned name to _v3, so call the C symbol directly.
+        function = self.nvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
+        count = ctypes.c_uint(0)
+        ret = function(handle, ctypes.byref(count), None)
+        if ret != _INSUFFICIENT_SIZE:
+            self.nvml._nvmlCheckReturn(ret)
+            return []
+        count.value = count.value * 2 + 5
+        records = (_ProcessInfoV1 * count.value)()
+        self.nvml._nvmlCheckReturn(function(handle, ctypes.byref(count), records))
+        return list(records[: count.value])
+
+
+def _memory_or_none(value: int | None) -> int | None:
+    """NVML says "not available" (WDDM, some MIG setups) with all bits set."""
+    return None if value is None or value == _NOT_AVAILABLE else int(value)
+
+
+def _describe_binding(nvml: ModuleType) -> dict[str, Any]:
+    """Which binding file got imported, and which wheels claim it (both may be installed)."""
+    from importlib import metadata
+
+    wheels: dict[str, str] = {}
+    for dist in ("nvidia-ml-py", "pynvml"):
+        try:
+            wheels[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return {"binding_path": str(getattr(nvml, "__file__", "")), "binding_wheels": wheels}
+
+
+def _hello(describe: bool) -> tuple[dict[str, Any], Sampler | None]:
+    try:
+        import pynvml
+    except ImportError as exc:
+        return {"ok": False, "code": None, "message": str(exc)}, None
+    try:
+        pynvml.nvmlInit()
+        driver = str(pynvml.nvmlSystemGetDriverVersion())
+    except pynvml.NVMLError as exc:
+        return {"ok": False, "code": int(exc.value), "message": str(exc)}, None
+    hello: dict[str, Any] = {"ok": True, "driver": driver}
+    if describe:
+        hello.update(_describe_binding(pynvml))
+    return hello, Sampler(pynvml, pcie="--no-pcie" not in sys.argv)
+
+
+def _protocol_stream() -> BinaryIO:
+    """Keep fd 1 for replies only: stray prints from C code go to stderr instead."""
+    replies = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    return replies
+
+
+def _send(stream: BinaryIO, message: dict[str, Any]) -> None:
+    stream.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+
+def main() -> int:
+    """Say hello (NVML init result), then answer each request until stdin closes."""
+    replies = _protocol_stream()
+    hello, sampler = _hello("--describe" in sys.argv)
+    _send(replies, hello)
+    if sampler is None:
+        return 0
+    for line in sys.stdin.buffer:
+        if line == REQUEST:
+            _send(replies, sampler.sample())
+    sampler.nvml.nvmlShutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

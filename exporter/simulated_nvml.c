@@ -1,0 +1,401 @@
+/*
+ * simulated_nvml.c - a fake libnvidia-ml.so.1 whose answers come from a text file.
+ *
+ * Why NVML is faked: the exporter must be tested, demonstrated and benchmarked on machines without
+ * an NVIDIA GPU or driver. Faking the C library (not the Python binding) means the real `pynvml`
+ * binding is exercised unchanged: its ctypes struct layouts, its two-call process listing, its
+ * error classes. A real GPU host is checked separately by tests/gpu/check_real_gpu.sh.
+ *
+ * The state file is named by env SIMULATED_NVML_STATE and re-read on every call, so a test or the
+ * simulator changes answers live (write a temporary file and rename it over the old one). No
+ * variable, or no file, means a host with 0 GPUs. Lines (unknown lines and '#' comments ignored):
+ *
+ *   gpu <index> <uuid> <name-without-spaces> <memory_total_bytes> <memory_used_bytes>
+ *       <gpu_util_percent> <mem_util_percent>          (one line; written by the simulator)
+ *   proc <gpu_index> <pid> <used_memory_bytes>          (written by the simulator)
+ *   reserved <index> <bytes>        memory the driver reserves (v2 memory info; v1 "used" adds it)
+ *   pcie <index> <rx_kb_per_s>      PCIe RX throughput (default 0 KB/s)
+ *   init_error <nvml_return>        nvmlInit fails, e.g. 18 = LIB_RM_VERSION_MISMATCH
+ *   lost <index>                    every query on that GPU returns 15 = GPU_IS_LOST
+ *   not_supported <function> [idx]  that function returns 3 = NOT_SUPPORTED (on one GPU or all)
+ *   hang <function> <seconds>       that function sleeps first (a call stuck in the driver)
+ *   crash <function>                that function raises SIGSEGV (seen in the field: nvitop#139)
+ *   stride32                        process records use the 32-byte v3 layout of R535 drivers,
+ *                                   which the binding reads with a 24-byte stride (nvitop#79)
+ *
+ * A missing symbol cannot be toggled at run time: build with -DNO_V3 (and -DNO_V2) for drivers
+ * without nvmlDeviceGetComputeRunningProcesses_v3 (_v2). exporter/simnvml.py builds the variants.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int nvmlReturn_t;
+
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_GPU_IS_LOST 15
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+
+#define MAX_GPUS 64
+#define MAX_PROCS 512
+#define MAX_FAULTS 32
+#define FN_LEN 64
+
+typedef struct nvmlDevice_st {
+    unsigned int index;
+} *nvmlDevice_t;
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+
+#define NVML_MEMORY_V2_VERSION ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+
+typedef struct {
+    unsigned int gpu, memory;
+} nvmlUtilization_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_v2_t;
+
+/* The record R535-era drivers wrote for _v3: the binding's 24-byte stride misreads it. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+    unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessInfo_r535_t;
+
+struct gpu {
+    int present, lost;
+    char uuid[96], name[96];
+    unsigned long long total, used, reserved, pcie_rx_kb;
+    unsigned int util_gpu, util_mem;
+};
+
+struct proc {
+    unsigned int gpu, pid;
+    unsigned long long used;
+};
+
+struct fault {
+    char fn[FN_LEN];
+    int index; /* -1: every GPU */
+    double seconds;
+};
+
+struct state {
+    int gpu_count, proc_count, init_error, stride32;
+    int not_supported_count, hang_count, crash_count;
+    struct gpu gpus[MAX_GPUS];
+    struct proc procs[MAX_PROCS];
+    struct fault not_supported[MAX_FAULTS], hang[MAX_FAULTS], crash[MAX_FAULTS];
+};
+
+static struct state st;
+static struct nvmlDevice_st handles[MAX_GPUS];
+static int initialized;
+
+static int valid_index(long index) { return index >= 0 && index < MAX_GPUS; }
+
+static void add_fault(struct fault *list, int *count, const char *fn, int index, double seconds) {
+    if (*count >= MAX_FAULTS) return;
+    snprintf(list[*count].fn, FN_LEN, "%s", fn);
+    list[*count].index = index;
+    list[*count].seconds = seconds;
+    (*count)++;
+}
+
+static void parse_gpu(const char *line) {
+    long index;
+    struct gpu g;
+    memset(&g, 0, sizeof g);
+    if (sscanf(line, "gpu %ld %95s %95s %llu %llu %u %u", &index, g.uuid, g.name, &g.total,
+               &g.used, &g.util_gpu, &g.util_mem) != 7 || !valid_index(index))
+        return;
+    g.present = 1;
+    g.lost = st.gpus[index].lost;
+    g.reserved = st.gpus[index].reserved;
+    g.pcie_rx_kb = st.gpus[index].pcie_rx_kb;
+    st.gpus[index] = g;
+    if (index + 1 > st.gpu_count) st.gpu_count = (int)index + 1;
+}
+
+static void parse_line(const char *line) {
+    char fn[FN_LEN];
+    long index = -1;
+    unsigned long long value;
+    double seconds;
+    struct proc p;
+    if (strncmp(line, "gpu ", 4) == 0) {
+        parse_gpu(line);
+    } else if (sscanf(line, "proc %u %u %llu", &p.gpu, &p.pid, &p.used) == 3) {
+        if (st.proc_count < MAX_PROCS) st.procs[st.proc_count++] = p;
+    } else if (sscanf(line, "reserved %ld %llu", &index, &value) == 2 && valid_index(index)) {
+        st.gpus[index].reserved = value;
+    } else if (sscanf(line, "pcie %ld %llu", &index, &value) == 2 && valid_index(index)) {
+        st.gpus[index].pcie_rx_kb = value;
+    } else if (strncmp(line, "init_error ", 11) == 0) {
+        st.init_error = atoi(line + 11);
+    } else if (sscanf(line, "lost %ld", &index) == 1 && valid_index(index)) {
+        st.gpus[index].lost = 1;
+    } else if (sscanf(line, "not_supported %63s %ld", fn, &index) >= 1) {
+        add_fault(st.not_supported, &st.not_supported_count, fn, (int)index, 0);
+    } else if (sscanf(line, "hang %63s %lf", fn, &seconds) == 2) {
+        add_fault(st.hang, &st.hang_count, fn, -1, seconds);
+    } else if (sscanf(line, "crash %63s", fn) == 1) {
+        add_fault(st.crash, &st.crash_count, fn, -1, 0);
+    } else if (strncmp(line, "stride32", 8) == 0) {
+        st.stride32 = 1;
+    }
+}
+
+/* Re-read the whole state on every call: the file is tiny and answers must change live. */
+static void load_state(void) {
+    const char *path = getenv("SIMULATED_NVML_STATE");
+    char line[512];
+    FILE *f;
+    memset(&st, 0, sizeof st);
+    if (path == NULL || (f = fopen(path, "r")) == NULL) return;
+    while (fgets(line, sizeof line, f) != NULL) parse_line(line);
+    fclose(f);
+    /* A "gpu" line may follow its "lost"/"reserved" line; gaps in indices are not GPUs. */
+    for (int i = 0; i < st.gpu_count; i++)
+        if (!st.gpus[i].present) st.gpu_count = i;
+}
+
+static const struct fault *find_fault(const struct fault *list, int count, const char *fn,
+                                      int index) {
+    for (int i = 0; i < count; i++)
+        if (strcmp(list[i].fn, fn) == 0 && (list[i].index < 0 || list[i].index == index))
+            return &list[i];
+    return NULL;
+}
+
+static void sleep_seconds(double seconds) {
+    struct timespec left = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&left, &left) != 0) {
+    }
+}
+
+/* Common entry of every call: load the state, then apply the faults the test asked for. */
+static nvmlReturn_t enter(const char *fn, int index) {
+    const struct fault *hang;
+    load_state();
+    if (find_fault(st.crash, st.crash_count, fn, index) != NULL) raise(SIGSEGV);
+    hang = find_fault(st.hang, st.hang_count, fn, index);
+    if (hang != NULL) sleep_seconds(hang->seconds);
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (find_fault(st.not_supported, st.not_supported_count, fn, index) != NULL)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+/* Entry of a per-device call: also checks the handle and the out pointer, applies "lost". */
+static nvmlReturn_t enter_device(const char *fn, nvmlDevice_t device, const void *out,
+                                 struct gpu **gpu) {
+    nvmlReturn_t ret;
+    if (device == NULL || device < handles || device >= handles + MAX_GPUS || out == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    ret = enter(fn, (int)device->index);
+    if (ret != NVML_SUCCESS) return ret;
+    if ((int)device->index >= st.gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *gpu = &st.gpus[device->index];
+    return (*gpu)->lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+}
+
+static nvmlReturn_t copy_string(const char *value, char *out, unsigned int length) {
+    if (strlen(value) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(out, value, strlen(value) + 1);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    initialized = 1;
+    enter("nvmlInitWithFlags", -1);
+    if (st.init_error != 0) {
+        initialized = 0;
+        return st.init_error;
+    }
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    initialized = 0;
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+        case NVML_SUCCESS: return "Success";
+        case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+        case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+        case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+        case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+        case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+        default: return "Simulated NVML error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    nvmlReturn_t ret = enter("nvmlSystemGetDriverVersion", -1);
+    return ret != NVML_SUCCESS ? ret : copy_string("550.90.07-simulated", version, length);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    nvmlReturn_t ret = enter("nvmlSystemGetNVMLVersion", -1);
+    return ret != NVML_SUCCESS ? ret : copy_string("12.550.90.07-simulated", version, length);
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    nvmlReturn_t ret = enter("nvmlDeviceGetCount_v2", -1);
+    if (ret != NVML_SUCCESS) return ret;
+    *count = (unsigned int)st.gpu_count;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount_v2(count); }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    nvmlReturn_t ret = enter("nvmlDeviceGetHandleByIndex_v2", (int)index);
+    if (ret != NVML_SUCCESS) return ret;
+    if (device == NULL || (int)index >= st.gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    handles[index].index = index;
+    *device = &handles[index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetUUID", device, uuid, &gpu);
+    return ret != NVML_SUCCESS ? ret : copy_string(gpu->uuid, uuid, length);
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetName", device, name, &gpu);
+    return ret != NVML_SUCCESS ? ret : copy_string(gpu->name, name, length);
+}
+
+static unsigned long long free_bytes(const struct gpu *gpu) {
+    unsigned long long held = gpu->used + gpu->reserved;
+    return held > gpu->total ? 0 : gpu->total - held;
+}
+
+/* v1 has no "reserved": like real drivers, its "used" includes the reserved memory. */
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetMemoryInfo", device, memory, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    memory->total = gpu->total;
+    memory->free = free_bytes(gpu);
+    memory->used = gpu->used + gpu->reserved;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetMemoryInfo_v2", device, memory, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    if (memory->version != NVML_MEMORY_V2_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memory->total = gpu->total;
+    memory->reserved = gpu->reserved;
+    memory->free = free_bytes(gpu);
+    memory->used = gpu->used;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetUtilizationRates", device, utilization, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    utilization->gpu = gpu->util_gpu;
+    utilization->memory = gpu->util_mem;
+    return NVML_SUCCESS;
+}
+
+/* counter 1 = NVML_PCIE_UTIL_RX_BYTES; NVML reports KB/s. TX is not simulated: 0. */
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, int counter, unsigned int *value) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetPcieThroughput", device, value, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    if (counter < 0 || counter > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    *value = counter == 1 ? (unsigned int)gpu->pcie_rx_kb : 0;
+    return NVML_SUCCESS;
+}
+
+/* The two-call protocol every version shares: ask for the count, then fill the array. */
+static nvmlReturn_t list_processes(const char *fn, nvmlDevice_t device, unsigned int *count,
+                                   void *records, size_t stride) {
+    struct gpu *gpu;
+    nvmlProcessInfo_r535_t record;
+    unsigned int wanted = 0, written = 0;
+    nvmlReturn_t ret = enter_device(fn, device, count, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    if (st.stride32 && strstr(fn, "_v3") != NULL) stride = sizeof(nvmlProcessInfo_r535_t);
+    for (int i = 0; i < st.proc_count; i++) wanted += st.procs[i].gpu == device->index;
+    if (records == NULL || *count < wanted) {
+        *count = wanted;
+        return wanted == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (int i = 0; i < st.proc_count; i++) {
+        if (st.procs[i].gpu != device->index) continue;
+        /* Every layout starts with pid then usedGpuMemory; v2+ add instance ids (none: ~0). */
+        memset(&record, 0, sizeof record);
+        record.pid = st.procs[i].pid;
+        record.usedGpuMemory = st.procs[i].used;
+        record.gpuInstanceId = record.computeInstanceId = ~0u;
+        memcpy((char *)records + stride * written++, &record, stride);
+    }
+    *count = written;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *count,
+                                                  nvmlProcessInfo_v1_t *infos) {
+    return list_processes("nvmlDeviceGetComputeRunningProcesses", device, count, infos,
+                          sizeof(nvmlProcessInfo_v1_t));
+}
+
+#ifndef NO_V2
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_v2_t *infos) {
+    return list_processes("nvmlDeviceGetComputeRunningProcesses_v2", device, count, infos,
+                          sizeof(nvmlProcessInfo_v2_t));
+}
+#endif
+
+#ifndef NO_V3
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_v2_t *infos) {
+    return list_processes("nvmlDeviceGetComputeRunningProcesses_v3", device, count, infos,
+                          sizeof(nvmlProcessInfo_v2_t));
+}
+#endif

@@ -1,0 +1,516 @@
+"""GPU source: NVML sampled in a supervised child process, with a deadline, backoff and restarts.
+
+Never calls NVML in this process: a segfault or a call stuck in the driver (RELIABILITY.md
+findings 8-9) must not take the daemon with it. The child is ``exporter.nvmlworker``.
+Also the pure attribution of GPU memory to targets (no I/O: visibility is passed in).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Collection, Container, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+from exporter.errors import SourceError
+from exporter.model import GpuProcess, GpuReading, GpuSample
+
+log = logging.getLogger(__name__)
+
+_REQUEST: Final = b"sample\n"  # exporter.nvmlworker.REQUEST; that module imports pynvml
+_PID_MAX_LIMIT: Final = 4_194_304  # the kernel's ceiling, when pid_max cannot be read
+_KIB: Final = 1024  # NVML reports PCIe throughput in KB/s, meaning KiB/s as nvitop reads it
+
+
+class NvmlReason(enum.StrEnum):
+    """Why the NVML source is down; the values are the ``SourceError`` reasons."""
+
+    LIBRARY_NOT_FOUND = "library_not_found"
+    DRIVER_NOT_LOADED = "driver_not_loaded"
+    VERSION_MISMATCH = "version_mismatch"
+    NO_PERMISSION = "no_permission"
+    BINDING_MISSING = "binding_missing"
+    INIT_FAILED = "init_failed"
+    NVML_ERROR = "nvml_error"
+    STARTING = "starting"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    SPAWN_FAILED = "spawn_failed"
+    PROTOCOL = "protocol"
+
+
+# NVML return codes (nvml.h) that say why NVML cannot be used at all.
+_CODE_REASONS: Final[dict[int, NvmlReason]] = {
+    4: NvmlReason.NO_PERMISSION,
+    9: NvmlReason.DRIVER_NOT_LOADED,
+    12: NvmlReason.LIBRARY_NOT_FOUND,
+    18: NvmlReason.VERSION_MISMATCH,
+}
+
+_HINTS: Final[dict[NvmlReason, str]] = {
+    NvmlReason.LIBRARY_NOT_FOUND: "no libnvidia-ml.so.1 on the loader path: install the NVIDIA "
+    "driver, or point library_dir at it",
+    NvmlReason.DRIVER_NOT_LOADED: "the nvidia kernel module is not loaded: check lsmod and dmesg",
+    NvmlReason.VERSION_MISMATCH: "driver library and kernel module differ (driver upgraded "
+    "without a reboot): reboot or reload the nvidia modules",
+    NvmlReason.NO_PERMISSION: "cannot open /dev/nvidia*: check device permissions or the "
+    "unit's DeviceAllow=",
+    NvmlReason.BINDING_MISSING: "the pynvml module is missing: install nvidia-ml-py",
+    NvmlReason.TIMEOUT: "an NVML call hung (driver stuck?): the child is killed and restarted",
+    NvmlReason.CRASHED: "the NVML child died (NVML segfault?): it is restarted with backoff",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAttribution:
+    """GPU memory split between targets, processes of no target, and pids we cannot see.
+
+    Attributes:
+        per_target: target -> GPU index -> bytes held by the target's processes.
+        foreign: GPU index -> bytes held by visible processes of no target.
+        unattributed_pids: distinct pids NVML lists that are not in our PID namespace.
+        unattributed: GPU index -> bytes held by those pids (owner unknown, not foreign).
+    """
+
+    per_target: dict[str, dict[int, int]]
+    foreign: dict[int, int]
+    unattributed_pids: int
+    unattributed: dict[int, int] = field(default_factory=dict)
+
+
+def attribute_gpu_memory(
+    reading: GpuReading,
+    target_pids: Mapping[str, Collection[int]],
+    *,
+    visible_pids: Container[int] | None = None,
+) -> GpuAttribution:
+    """Join NVML's per-process memory to the targets' process trees.
+
+    Args:
+        reading: one GPU sample.
+        target_pids: target name -> every pid of its process tree.
+        visible_pids: pids present in our ``/proc`` (``visible_gpu_pids``); None: all are.
+    """
+    owner = {pid: target for target, pids in target_pids.items() for pid in pids}
+    per_target: dict[str, dict[int, int]] = {target: {} for target in target_pids}
+    foreign: dict[int, int] = {}
+    unattributed: dict[int, int] = {}
+    hidden: set[int] = set()
+    for proc in reading.processes:
+        target = owner.get(proc.pid)
+        if target is not None:
+            bucket = per_target[target]
+        elif visible_pids is None or proc.pid in visible_pids:
+            bucket = foreign
+        else:
+            hidden.add(proc.pid)
+            bucket = unattributed
+        if proc.used_memory_bytes is not None:
+            bucket[proc.gpu_index] = bucket.get(proc.gpu_index, 0) + proc.used_memory_bytes
+    return GpuAttribution(per_target, foreign, len(hidden), unattributed)
+
+
+def visible_gpu_pids(reading: GpuReading, proc_root: str = "/proc") -> frozenset[int]:
+    """The pids of ``reading`` that exist in our PID namespace (the I/O half of attribution)."""
+    return frozenset(p.pid for p in reading.processes if os.path.exists(f"{proc_root}/{p.pid}"))
+
+
+class _WorkerGone(Exception):
+    """The child closed its pipe: it exited or was killed."""
+
+
+class _Worker:
+    """One NVML child process and the reply bytes read from it but not yet consumed."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], started: float) -> None:
+        self.started = started
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True
+        )
+        self._buffer = bytearray()
+        self._poll = select.poll()
+        self._poll.register(self._stdout_fd(), select.POLLIN)
+
+    def _stdout_fd(self) -> int:
+        assert self.process.stdout is not None  # Popen with stdout=PIPE
+        return self.process.stdout.fileno()
+
+    def send(self, message: bytes) -> None:
+        """Write one request; a dead child raises ``_WorkerGone``."""
+        assert self.process.stdin is not None  # Popen with stdin=PIPE
+        try:
+            os.write(self.process.stdin.fileno(), message)
+        except (BrokenPipeError, ValueError) as exc:
+            raise _WorkerGone from exc
+
+    def read_line(self, deadline: float, clock: Callable[[], float]) -> bytes | None:
+        """The next reply line, or None when ``deadline`` passes first."""
+        while b"\n" not in self._buffer:
+            left = deadline - clock()
+            if left <= 0:
+                return None
+            if not self._poll.poll(max(1, int(left * 1000))):
+                continue
+            chunk = os.read(self._stdout_fd(), 1 << 16)
+            if not chunk:
+                raise _WorkerGone
+            self._buffer += chunk
+        line, _, rest = bytes(self._buffer).partition(b"\n")
+        self._buffer = bytearray(rest)
+        return line
+
+    def kill(self) -> None:
+        """SIGKILL: a child stuck in NVML ignores anything gentler."""
+        self.process.kill()
+
+    def reap(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the exit; close the pipes once it is gone."""
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+        return True
+
+    def exit_detail(self) -> str:
+        """How the child ended, for a log line (it may still be exiting)."""
+        code = self.process.poll()
+        return "exit=unknown" if code is None else f"exit={code}"
+
+
+def _read_pid_max(path: str = "/proc/sys/kernel/pid_max") -> int:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        return _PID_MAX_LIMIT
+
+
+def _child_env(library_dir: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])
+    for name, first in (("LD_LIBRARY_PATH", library_dir), ("PYTHONPATH", package_root)):
+        if first is not None:
+            env[name] = f"{first}:{env[name]}" if env.get(name) else first
+    return env
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _ratio(percent: Any) -> float | None:
+    return None if percent is None else int(percent) / 100.0
+
+
+def _gpu_sample(raw: Mapping[str, Any]) -> GpuSample:
+    """Convert one GPU of a child's reply; unsupported fields stay None."""
+    rx_kb = raw.get("pcie_rx_kb")
+    error = raw.get("error")
+    return GpuSample(
+        index=int(raw["index"]),
+        uuid=str(raw["uuid"]),
+        name=str(raw["name"]),
+        up=bool(raw["up"]),
+        memory_used_bytes=_optional_int(raw.get("used")),
+        memory_total_bytes=_optional_int(raw.get("total")),
+        memory_reserved_bytes=_optional_int(raw.get("reserved")),
+        utilization_ratio=_ratio(raw.get("util")),
+        memory_utilization_ratio=_ratio(raw.get("mem_util")),
+        pcie_rx_bytes_per_second=None if rx_kb is None else float(int(rx_kb) * _KIB),
+        error=None if error is None else str(error),
+    )
+
+
+class GpuSource:
+    """Samples every GPU through NVML in a child process that is restarted when it fails.
+
+    ``sample()`` returns within ``call_timeout`` whatever NVML does. A hung or dead child is
+    killed and restarted after an exponential backoff; init errors are classified, logged once
+    with a hint and retried the same way, so NVML recovers without an exporter restart.
+
+    Attributes:
+        rejected_process_records: process records dropped as implausible (cumulative).
+        child_starts: NVML children started so far.
+        last_reading: the last good reading; marked ``stale`` once a later sample failed.
+    """
+
+    name: Final = "nvml"
+
+    def __init__(
+        self,
+        *,
+        library_dir: str | None = None,
+        call_timeout: float = 0.5,
+        init_timeout: float = 10.0,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 60.0,
+        pcie: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Prepare the source; the child starts on the first ``sample()`` or ``prefetch()``.
+
+        Args:
+            library_dir: put first on the child's LD_LIBRARY_PATH (a simulated NVML); None:
+                the system's libnvidia-ml.so.1.
+            call_timeout: most seconds one ``sample()`` waits for the child.
+            init_timeout: most seconds a new child may take to import the binding and init.
+            backoff_initial: first wait before restarting a failed child; doubles per failure.
+            backoff_max: ceiling of that wait.
+            pcie: also read PCIe RX throughput (real drivers spend ~20 ms per GPU on it).
+            clock: monotonic seconds; tests may pass their own.
+        """
+        self.rejected_process_records = 0
+        self.child_starts = 0
+        self.last_reading: GpuReading | None = None
+        self._call_timeout = call_timeout
+        self._init_timeout = init_timeout
+        self._backoff_initial = self._backoff = backoff_initial
+        self._backoff_max = backoff_max
+        self._pcie = pcie
+        self._clock = clock
+        self._env = _child_env(library_dir)
+        self._pid_max = _read_pid_max()
+        self._worker: _Worker | None = None
+        self._dying: list[_Worker] = []
+        self._ready = self._described = False
+        self._sent_at: float | None = None
+        self._retry_at = 0.0
+        self._failure: NvmlReason | None = None
+        self._warned: set[str] = set()
+        self._process_api: str | None = None
+
+    def sample(self) -> GpuReading:
+        """One reading of every GPU and its compute processes.
+
+        Raises:
+            SourceError: NVML is unusable now; ``reason`` is an ``NvmlReason`` value.
+        """
+        deadline = self._clock() + self._call_timeout
+        self._reap_dying()
+        worker = self._ready_worker(deadline)
+        try:
+            sent_at = self._request(worker)
+            line = worker.read_line(deadline, self._clock)
+        except _WorkerGone:
+            self._fail(NvmlReason.CRASHED, f"NVML child died while sampling {worker.exit_detail()}")
+        if line is None:
+            if self._clock() - sent_at < self._call_timeout:
+                # Asked only after this call waited for the child's init: give it a full turn.
+                raise SourceError(NvmlReason.STARTING, "first answer of a new NVML child pending")
+            self._fail(NvmlReason.TIMEOUT, f"no answer within {self._call_timeout:g}s")
+        self._sent_at = None
+        return self._accept(self._decode(line))
+
+    def prefetch(self) -> None:
+        """Ask a ready child for the next reading now, so ``sample()`` only collects it.
+
+        Call it at the start of a tick; the reading is then as of this call. Never raises.
+        """
+        if self._worker is not None and self._ready:
+            try:
+                self._request(self._worker)
+            except _WorkerGone:
+                return  # sample() finds the dead child and reports it
+
+    def _request(self, worker: _Worker) -> float:
+        """Send a request unless one is in flight; when the one in flight was sent."""
+        if self._sent_at is None:
+            worker.send(_REQUEST)
+            self._sent_at = self._clock()
+        return self._sent_at
+
+    def close(self) -> None:
+        """Stop the child (EOF, then SIGKILL) and reap every child this source started."""
+        if self._worker is not None:
+            worker, self._worker = self._worker, None
+            assert worker.process.stdin is not None  # Popen with stdin=PIPE
+            worker.process.stdin.close()
+            if not worker.reap(1.0):
+                worker.kill()
+                self._dying.append(worker)
+        for worker in self._dying:
+            worker.kill()
+            worker.reap(1.0)
+        self._dying.clear()
+
+    def __enter__(self) -> GpuSource:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _ready_worker(self, deadline: float) -> _Worker:
+        """The running, initialised child; starts one when the backoff allows."""
+        if self._worker is None:
+            if self._clock() < self._retry_at:
+                raise SourceError(self._failure or NvmlReason.STARTING, "waiting to retry")
+            self._spawn()
+        assert self._worker is not None
+        if not self._ready:
+            self._await_hello(self._worker, deadline)
+        return self._worker
+
+    def _spawn(self) -> None:
+        argv = [sys.executable, "-m", "exporter.nvmlworker"]
+        argv += [] if self._described else ["--describe"]
+        argv += [] if self._pcie else ["--no-pcie"]
+        try:
+            self._worker = _Worker(argv, self._env, self._clock())
+        except OSError as exc:
+            self._fail(NvmlReason.SPAWN_FAILED, f"cannot start the NVML child: {exc}")
+        self.child_starts += 1
+
+    def _await_hello(self, worker: _Worker, deadline: float) -> None:
+        """Wait for the child's init result, within this sample's deadline."""
+        init_deadline = worker.started + self._init_timeout
+        try:
+            line = worker.read_line(min(deadline, init_deadline), self._clock)
+        except _WorkerGone:
+            self._fail(NvmlReason.CRASHED, f"NVML child died during init {worker.exit_detail()}")
+        if line is None:
+            if self._clock() >= init_deadline:
+                self._fail(NvmlReason.TIMEOUT, f"NVML init took over {self._init_timeout:g}s")
+            raise SourceError(NvmlReason.STARTING, "NVML child still initialising")
+        hello = self._decode(line)
+        if not hello.get("ok"):
+            code = hello.get("code")
+            reason = (
+                NvmlReason.BINDING_MISSING
+                if code is None
+                else _CODE_REASONS.get(int(code), NvmlReason.INIT_FAILED)
+            )
+            self._fail(reason, f"nvmlInit code={code} message={hello.get('message')}")
+        self._ready = True
+        self._log_binding(hello)
+
+    def _decode(self, line: bytes) -> dict[str, Any]:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            self._fail(NvmlReason.PROTOCOL, "unreadable reply from the NVML child")
+        return message
+
+    def _accept(self, reply: Mapping[str, Any]) -> GpuReading:
+        """Turn a reply into a reading; a failed device listing fails the source."""
+        code = reply.get("code")
+        if code is not None:
+            reason = _CODE_REASONS.get(int(code), NvmlReason.NVML_ERROR)
+            self._fail(reason, f"nvmlDeviceGetCount code={code}")
+        try:
+            gpus = tuple(_gpu_sample(raw) for raw in reply["gpus"])
+            processes = self._checked_processes(reply["procs"], gpus)
+        except (KeyError, TypeError, ValueError):
+            self._fail(NvmlReason.PROTOCOL, "malformed reply from the NVML child")
+        self._note_process_api(reply.get("process_api"))
+        self._warn_invisible(processes)
+        if self._failure is not None or self.last_reading is None:
+            log.info("nvml up gpus=%d after=%s", len(gpus), self._failure or "start")
+        self._failure = None
+        self._backoff = self._backoff_initial
+        self.last_reading = GpuReading(gpus, processes)
+        return self.last_reading
+
+    def _checked_processes(
+        self, raw: list[list[Any]], gpus: tuple[GpuSample, ...]
+    ) -> tuple[GpuProcess, ...]:
+        """Drop records no kernel or GPU could produce (binding/driver struct mismatch)."""
+        totals = {gpu.index: gpu.memory_total_bytes for gpu in gpus}
+        kept: list[GpuProcess] = []
+        rejected = 0
+        for gpu_index, pid, used in raw:
+            proc = GpuProcess(int(gpu_index), int(pid), _optional_int(used))
+            total = totals.get(proc.gpu_index, -1)
+            fits = (
+                proc.used_memory_bytes is None or total is None or proc.used_memory_bytes <= total
+            )
+            if 1 <= proc.pid <= self._pid_max and total != -1 and fits:
+                kept.append(proc)
+            else:
+                rejected += 1
+        if rejected:
+            self.rejected_process_records += rejected
+            self._warn_once(
+                "rejected",
+                "nvml process records rejected count=%d hint=%s",
+                rejected,
+                "pid or memory impossible: the binding's struct layout does not match the driver "
+                "(nvitop#79); align nvidia-ml-py with the driver",
+            )
+        return tuple(kept)
+
+    def _note_process_api(self, api: object) -> None:
+        if api is not None and api != self._process_api:
+            self._process_api = str(api)
+            log.info("nvml process listing api=%s", api)
+
+    def _warn_invisible(self, processes: tuple[GpuProcess, ...]) -> None:
+        hidden = len({p.pid for p in processes} - visible_gpu_pids(GpuReading((), processes)))
+        if hidden:
+            self._warn_once(
+                "invisible",
+                "gpu processes outside our pid namespace count=%d hint=%s",
+                hidden,
+                "their memory is reported as unattributed; run in the host pid namespace "
+                "(hostPID: true, docker --pid=host)",
+            )
+
+    def _warn_once(self, key: str, message: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, *args)
+
+    def _log_binding(self, hello: Mapping[str, Any]) -> None:
+        if self._described or "binding_path" not in hello:
+            return
+        self._described = True
+        wheels = hello.get("binding_wheels") or {}
+        log.info(
+            "nvml binding path=%s wheels=%s driver=%s",
+            hello["binding_path"],
+            ",".join(f"{name}=={version}" for name, version in sorted(wheels.items())) or "-",
+            hello.get("driver"),
+        )
+        if len(wheels) > 1:
+            log.warning(
+                "both the pynvml and nvidia-ml-py wheels are installed; using path=%s",
+                hello["binding_path"],
+            )
+
+    def _fail(self, reason: NvmlReason, detail: str) -> NoReturn:
+        """Kill the child, schedule the next start after the backoff, and raise."""
+        if self._worker is not None:
+            self._worker.kill()
+            self._dying.append(self._worker)
+            self._worker = None
+        self._ready = False
+        self._sent_at = None
+        self._retry_at = self._clock() + self._backoff
+        if reason != self._failure:
+            log.warning(
+                "nvml down reason=%s detail=%s hint=%s retry_in_s=%.1f",
+                reason,
+                detail,
+                _HINTS.get(reason, "-"),
+                self._backoff,
+            )
+        self._backoff = min(self._backoff * 2, self._backoff_max)
+        self._failure = reason
+        if self.last_reading is not None and not self.last_reading.stale:
+            self.last_reading = replace(self.last_reading, stale=True)
+        raise SourceError(reason, detail)
+
+    def _reap_dying(self) -> None:
+        self._dying = [worker for worker in self._dying if not worker.reap(0)]

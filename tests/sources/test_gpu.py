@@ -1,0 +1,457 @@
+"""GPU source tests: the real pynvml binding against a simulated libnvidia-ml.so.1.
+
+Why NVML is faked: CI and this machine have no NVIDIA GPU or driver. Faking the C library, not
+the binding, keeps the real pynvml code path (ctypes layouts, two-call process listing, error
+classes) under test; each fault below is one written in the field (RELIABILITY.md cases C33-42).
+A real GPU host is checked by tests/gpu/check_real_gpu.sh.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.errors import SourceError
+from exporter.model import GpuProcess, GpuReading, GpuSample
+from exporter.simnvml import STATE_ENV, build_simulated_nvml, write_state
+from exporter.sources.gpu import GpuSource, attribute_gpu_memory, visible_gpu_pids
+
+GIB = 1 << 30
+TOTAL = 80 * GIB
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="session")
+def nvml_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Every variant of the simulated library, compiled once per session with the system cc."""
+    root = tmp_path_factory.mktemp("simulated-nvml")
+    return {
+        variant: str(build_simulated_nvml(root / variant, variant=variant).parent)
+        for variant in ("default", "no_v3", "no_v3_v2")
+    }
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "nvml-state"
+    monkeypatch.setenv(STATE_ENV, str(path))
+    return path
+
+
+@pytest.fixture
+def make_source(nvml_libs: dict[str, str]) -> Iterator[Callable[..., GpuSource]]:
+    sources: list[GpuSource] = []
+
+    def make(variant: str = "default", **options: object) -> GpuSource:
+        options.setdefault("library_dir", nvml_libs[variant])
+        options.setdefault("backoff_initial", 0.05)
+        source = GpuSource(**options)  # type: ignore[arg-type]
+        sources.append(source)
+        return source
+
+    yield make
+    for source in sources:
+        source.close()
+
+
+def gpu_line(index: int, used: int = GIB, util: int = 30, mem_util: int = 10) -> str:
+    return f"gpu {index} GPU-{index:08d}-sim NVIDIA-H100-80GB-HBM3 {TOTAL} {used} {util} {mem_util}"
+
+
+def eventually(source: GpuSource, *, within: float = 20.0) -> GpuReading:
+    """Sample until NVML answers: a new child needs a moment, a failed one waits its backoff."""
+    stop = time.monotonic() + within
+    while True:
+        try:
+            return source.sample()
+        except SourceError:
+            if time.monotonic() > stop:
+                raise
+            time.sleep(0.02)
+
+
+def failure(source: GpuSource, *, within: float = 20.0) -> SourceError:
+    """Sample until the source reports a failure other than "the child is still starting"."""
+    stop = time.monotonic() + within
+    while time.monotonic() < stop:
+        try:
+            source.sample()
+        except SourceError as exc:
+            if exc.reason != "starting":
+                return exc
+        time.sleep(0.02)
+    raise AssertionError("the source never failed")
+
+
+@pytest.fixture
+def sleeper() -> Iterator[Callable[[], int]]:
+    """Start real child processes that stand in for inference server workers."""
+    children: list[subprocess.Popen[bytes]] = []
+
+    def start() -> int:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        children.append(child)
+        return child.pid
+
+    yield start
+    for child in children:
+        child.kill()
+        child.wait()
+
+
+def unused_pid() -> int:
+    """A pid no process in our namespace has: stands for a process in another namespace."""
+    pid = int(Path("/proc/sys/kernel/pid_max").read_text()) - 1
+    while Path(f"/proc/{pid}").exists():
+        pid -= 1
+    return pid
+
+
+@pytest.mark.integration
+def test_no_state_file_is_a_host_with_zero_gpus(make_source, state):
+    reading = eventually(make_source())
+
+    assert reading == GpuReading(gpus=(), processes=())
+
+
+@pytest.mark.integration
+def test_eight_gpus_report_every_field(make_source, state):
+    write_state(
+        state,
+        [gpu_line(i, used=(i + 1) * GIB, util=10 * i, mem_util=i) for i in range(8)]
+        + [f"proc {i} {4000 + i} {(i + 1) * GIB}" for i in range(8)]
+        + ["reserved 3 536870912", "pcie 5 250000"],
+    )
+
+    reading = eventually(make_source())
+
+    assert [gpu.index for gpu in reading.gpus] == list(range(8))
+    assert all(gpu.up and gpu.memory_total_bytes == TOTAL for gpu in reading.gpus)
+    assert reading.gpus[7] == GpuSample(
+        index=7,
+        uuid="GPU-00000007-sim",
+        name="NVIDIA-H100-80GB-HBM3",
+        up=True,
+        memory_used_bytes=8 * GIB,
+        memory_total_bytes=TOTAL,
+        memory_reserved_bytes=0,
+        utilization_ratio=0.7,
+        memory_utilization_ratio=0.07,
+        pcie_rx_bytes_per_second=0.0,
+    )
+    assert reading.gpus[3].memory_reserved_bytes == 512 << 20
+    assert reading.gpus[5].pcie_rx_bytes_per_second == 250000 * 1024  # NVML says KB/s
+    assert reading.processes == tuple(GpuProcess(i, 4000 + i, (i + 1) * GIB) for i in range(8))
+    assert not reading.stale
+
+
+@pytest.mark.integration
+def test_memory_climbing_between_samples_is_seen(make_source, state):
+    source = make_source()
+    seen = []
+    for used in (0, 20 * GIB, 55 * GIB, 76 * GIB):
+        write_state(state, [gpu_line(0, used=used), f"proc 0 4242 {used}"])
+        reading = eventually(source)
+        seen.append((reading.gpus[0].memory_used_bytes, reading.processes[0].used_memory_bytes))
+
+    assert seen == [(0, 0), (20 * GIB, 20 * GIB), (55 * GIB, 55 * GIB), (76 * GIB, 76 * GIB)]
+    assert source.child_starts == 1
+
+
+@pytest.mark.integration
+def test_a_gpu_lost_mid_run_is_down_while_the_others_keep_updating(make_source, state):
+    source = make_source()
+    write_state(state, [gpu_line(i, used=GIB) for i in range(3)] + ["proc 1 4242 1073741824"])
+    eventually(source)
+
+    write_state(state, [gpu_line(i, used=2 * GIB) for i in range(3)] + ["lost 1"])
+    reading = source.sample()
+
+    lost = reading.gpus[1]
+    assert (lost.up, lost.error, lost.uuid, lost.memory_used_bytes) == (
+        False,
+        "gpu_lost",
+        "GPU-00000001-sim",
+        None,
+    )
+    assert [gpu.memory_used_bytes for gpu in reading.gpus if gpu.up] == [2 * GIB, 2 * GIB]
+    assert reading.processes == ()
+
+    write_state(state, [gpu_line(i, used=3 * GIB) for i in range(3)])
+    assert all(gpu.up for gpu in source.sample().gpus)
+
+
+@pytest.mark.integration
+def test_missing_library_reports_library_not_found_without_a_crash_loop(
+    make_source, state, tmp_path, caplog
+):
+    empty = tmp_path / "no-driver"
+    empty.mkdir()
+    source = make_source(library_dir=str(empty), backoff_initial=30.0)
+
+    reasons = {failure(source).reason}
+    for _ in range(20):
+        with pytest.raises(SourceError) as raised:
+            source.sample()
+        reasons.add(raised.value.reason)
+
+    assert reasons == {"library_not_found"}
+    assert source.child_starts == 1
+    hints = [r.message for r in caplog.records if "reason=library_not_found" in r.message]
+    assert len(hints) == 1 and "install the NVIDIA driver" in hints[0]
+
+
+@pytest.mark.integration
+def test_version_mismatch_at_init_recovers_without_a_restart(make_source, state, caplog):
+    caplog.set_level(logging.INFO, logger="exporter.sources.gpu")
+    write_state(state, ["init_error 18", gpu_line(0)])
+    source = make_source()
+
+    assert failure(source).reason == "version_mismatch"
+    while source.child_starts < 2:  # retried by a fresh child after the backoff: still down
+        failure(source)
+    assert failure(source).reason == "version_mismatch"
+    write_state(state, [gpu_line(0)])
+    reading = eventually(source)
+
+    assert [gpu.uuid for gpu in reading.gpus] == ["GPU-00000000-sim"]
+    assert source.child_starts >= 3
+    hints = [r.message for r in caplog.records if "reason=version_mismatch" in r.message]
+    assert len(hints) == 1 and "reboot" in hints[0]
+    assert any("nvml up" in r.message and "version_mismatch" in r.message for r in caplog.records)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("variant", "api"), [("default", "v3"), ("no_v3", "v2"), ("no_v3_v2", "v1")]
+)
+def test_process_listing_falls_back_when_a_versioned_symbol_is_missing(
+    make_source, state, caplog, variant, api
+):
+    caplog.set_level(logging.INFO, logger="exporter.sources.gpu")
+    write_state(state, [gpu_line(0), gpu_line(1), "proc 0 4242 1000", "proc 1 4343 2000"])
+    source = make_source(variant)
+
+    readings = [eventually(source) for _ in range(3)]
+
+    assert all(
+        r.processes == (GpuProcess(0, 4242, 1000), GpuProcess(1, 4343, 2000)) for r in readings
+    )
+    chosen = [r.message for r in caplog.records if "process listing" in r.message]
+    assert chosen == [f"nvml process listing api={api}"]
+
+
+@pytest.mark.integration
+def test_not_supported_fields_are_absent_not_zero(make_source, state):
+    write_state(
+        state,
+        [
+            gpu_line(0),
+            gpu_line(1),
+            "not_supported nvmlDeviceGetUtilizationRates",
+            "not_supported nvmlDeviceGetPcieThroughput 1",
+            "not_supported nvmlDeviceGetMemoryInfo_v2",
+        ],
+    )
+
+    gpu0, gpu1 = eventually(make_source()).gpus
+
+    assert (gpu0.utilization_ratio, gpu0.memory_utilization_ratio) == (None, None)
+    assert (gpu0.pcie_rx_bytes_per_second, gpu1.pcie_rx_bytes_per_second) == (0.0, None)
+    # v2 memory info unsupported: v1 still gives used and total, but no reserved figure.
+    assert (gpu1.memory_used_bytes, gpu1.memory_total_bytes, gpu1.memory_reserved_bytes) == (
+        GIB,
+        TOTAL,
+        None,
+    )
+    assert gpu0.up and gpu1.up
+
+
+@pytest.mark.integration
+def test_a_call_blocked_for_60s_fails_within_the_deadline_then_recovers(make_source, state):
+    write_state(state, [gpu_line(0)])
+    source = make_source()
+    eventually(source)
+
+    write_state(state, [gpu_line(0, used=7 * GIB), "hang nvmlDeviceGetUtilizationRates 60"])
+    started = time.monotonic()
+    with pytest.raises(SourceError) as raised:
+        source.sample()
+    waited = time.monotonic() - started
+
+    assert raised.value.reason == "timeout"
+    assert waited < 3.0  # generous bound: the deadline is 0.5 s, the hang 60 s
+    assert source.last_reading is not None and source.last_reading.stale
+    write_state(state, [gpu_line(0, used=9 * GIB)])
+    assert eventually(source).gpus[0].memory_used_bytes == 9 * GIB
+    assert source.child_starts == 2
+
+
+@pytest.mark.integration
+def test_a_segfaulting_call_restarts_the_child_with_backoff(make_source, state, caplog):
+    write_state(state, [gpu_line(0), "crash nvmlDeviceGetHandleByIndex_v2"])
+    source = make_source(backoff_initial=0.2)
+
+    reasons = []
+    stop = time.monotonic() + 20.0
+    while source.child_starts < 3 and time.monotonic() < stop:
+        try:
+            source.sample()
+        except SourceError as exc:
+            reasons.append(exc.reason)
+        time.sleep(0.01)
+
+    assert source.child_starts == 3 and "crashed" in reasons
+    # Between restarts (0.2 s, then 0.4 s of backoff) samples fail fast without a new child;
+    # a crash loop would start one child per sample.
+    assert len(reasons) > 10 * source.child_starts
+    assert len([r for r in caplog.records if "reason=crashed" in r.message]) == 1
+    write_state(state, [gpu_line(0)])
+    assert eventually(source).gpus[0].up
+
+
+@pytest.mark.integration
+def test_records_written_with_a_32_byte_stride_are_rejected_and_counted(make_source, state, caplog):
+    write_state(state, [gpu_line(0), "proc 0 4242 1000", "proc 0 4343 2000", "proc 0 4444 3000"])
+    source = make_source()
+    assert len(eventually(source).processes) == 3
+
+    write_state(
+        state,
+        [gpu_line(0), "proc 0 4242 1000", "proc 0 4343 2000", "proc 0 4444 3000", "stride32"],
+    )
+    reading = source.sample()
+
+    # The binding reads 24-byte records: the 2nd and 3rd land on padding and instance ids,
+    # giving pids 0 and 0xFFFFFFFF, which no kernel hands out.
+    assert reading.processes == (GpuProcess(0, 4242, 1000),)
+    assert source.rejected_process_records == 2
+    source.sample()
+    assert source.rejected_process_records == 4
+    assert len([r for r in caplog.records if "records rejected" in r.message]) == 1
+
+
+@pytest.mark.integration
+def test_memory_is_attributed_to_targets_foreign_and_unattributed(
+    make_source, state, sleeper, caplog
+):
+    worker_a, worker_b, stray = sleeper(), sleeper(), sleeper()
+    hidden = unused_pid()
+    write_state(
+        state,
+        [
+            gpu_line(0),
+            gpu_line(1),
+            f"proc 0 {worker_a} {30 * GIB}",
+            f"proc 1 {worker_b} {31 * GIB}",
+            f"proc 0 {stray} {5 * GIB}",
+            f"proc 1 {hidden} {2 * GIB}",
+        ],
+    )
+    source = make_source()
+
+    reading = eventually(source)
+    eventually(source)
+    attribution = attribute_gpu_memory(
+        reading,
+        {"sglang": [os.getpid(), worker_a, worker_b], "idle": [1_000_000]},
+        visible_pids=visible_gpu_pids(reading),
+    )
+
+    assert attribution.per_target == {"sglang": {0: 30 * GIB, 1: 31 * GIB}, "idle": {}}
+    assert attribution.foreign == {0: 5 * GIB}
+    assert (attribution.unattributed_pids, attribution.unattributed) == (1, {1: 2 * GIB})
+    outside = [r for r in caplog.records if "outside our pid namespace" in r.message]
+    assert len(outside) == 1
+
+
+@pytest.mark.integration
+def test_binding_path_and_both_wheels_are_logged_once(
+    make_source, state, tmp_path, caplog, monkeypatch
+):
+    # A second wheel claiming the module, as when gpustat's old "pynvml" sits beside nvidia-ml-py.
+    site = tmp_path / "site"
+    (site / "pynvml-11.5.0.dist-info").mkdir(parents=True)
+    (site / "pynvml-11.5.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: pynvml\nVersion: 11.5.0\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    caplog.set_level(logging.INFO, logger="exporter.sources.gpu")
+    write_state(state, [gpu_line(0), "init_error 9"])
+    source = make_source()
+
+    assert failure(source).reason == "driver_not_loaded"
+    write_state(state, [gpu_line(0)])
+    eventually(source)
+    write_state(state, [gpu_line(0), "crash nvmlDeviceGetCount_v2"])
+    assert failure(source).reason == "crashed"
+    write_state(state, [gpu_line(0)])
+    eventually(source)
+
+    binding = [r.message for r in caplog.records if "nvml binding" in r.message]
+    assert len(binding) == 1 and "pynvml.py" in binding[0] and "pynvml==11.5.0" in binding[0]
+    assert len([r for r in caplog.records if "both the pynvml and nvidia-ml-py" in r.message]) == 1
+
+
+@pytest.mark.integration
+def test_prefetch_lets_sample_collect_an_answer_already_asked_for(make_source, state):
+    write_state(state, [gpu_line(0, used=GIB)])
+    source = make_source()
+    eventually(source)
+
+    source.prefetch()
+    source.prefetch()  # idempotent: one request in flight
+    write_state(state, [gpu_line(0, used=2 * GIB)])
+    first, second = source.sample(), source.sample()
+
+    assert second.gpus[0].memory_used_bytes == 2 * GIB
+    assert first.gpus[0].memory_used_bytes in (GIB, 2 * GIB)  # as of the prefetch
+
+
+def test_attribution_sums_per_gpu_and_skips_unknown_memory():
+    reading = GpuReading(
+        gpus=(),
+        processes=(
+            GpuProcess(0, 10, 100),
+            GpuProcess(0, 11, 50),
+            GpuProcess(1, 11, 70),
+            GpuProcess(1, 12, None),
+            GpuProcess(1, 20, 5),
+            GpuProcess(2, 30, 9),
+            GpuProcess(3, 30, 1),
+        ),
+    )
+
+    attribution = attribute_gpu_memory(
+        reading, {"a": {10, 11}, "b": [12]}, visible_pids={10, 11, 12, 20}
+    )
+
+    assert attribution.per_target == {"a": {0: 150, 1: 70}, "b": {}}
+    assert attribution.foreign == {1: 5}
+    assert (attribution.unattributed_pids, attribution.unattributed) == (1, {2: 9, 3: 1})
+
+
+def test_attribution_without_visibility_counts_every_stranger_as_foreign():
+    reading = GpuReading(gpus=(), processes=(GpuProcess(0, 10, 100), GpuProcess(0, 99, 7)))
+
+    attribution = attribute_gpu_memory(reading, {"a": [10]})
+
+    assert (attribution.foreign, attribution.unattributed_pids) == ({0: 7}, 0)
+
+
+def test_simulated_library_build_is_cached_by_source_hash(tmp_path):
+    first = build_simulated_nvml(tmp_path)
+    built_at = first.stat().st_mtime_ns
+
+    again = build_simulated_nvml(tmp_path)
+
+    assert again == first and again.stat().st_mtime_ns == built_at
+    with pytest.raises(ValueError, match="unknown simulated NVML variant 'nope'"):
+        build_simulated_nvml(tmp_path, variant="nope")
