@@ -135,8 +135,8 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", nargs="?", help=argparse.SUPPRESS)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; only ``command``'s module is imported to configure its flags."""
     parser = argparse.ArgumentParser(
         prog="inference-lifecycle-exporter",
         description="Watches LLM inference servers through their cold starts and exports "
@@ -152,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
             epilog=RUN_EPILOG if name in ("run", "check-config") else None,
         )
+        if name != command:
+            continue
         if name == "run":
             configure_parser(sub)
         elif name == "check-config":
@@ -164,13 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if (
-        not args_list
-        or (args_list[0].startswith("-")
-        and args_list[0] not in ("-h", "--help", "--version"))
+    if not args_list or (
+        args_list[0].startswith("-") and args_list[0] not in ("-h", "--help", "--version")
     ):
         args_list.insert(0, "run")  # `run` is the default subcommand
-    parser = build_parser()
+    parser = build_parser(args_list[0] if args_list else None)
     args = parser.parse_args(args_list)
     if args.command is None:
         parser.print_help()
