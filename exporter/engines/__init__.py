@@ -34,14 +34,23 @@ class Engine:
 
 
 def _builtin() -> dict[str, Engine]:
+    from exporter.engines import llamacpp, openai, sglang, tgi, triton, trtllm, vllm
+
     engines = [
-        Engine("sglang", "SGLang"),
-        Engine("vllm", "vLLM"),
-        Engine("tgi", "Text Generation Inference"),
-        Engine("llamacpp", "llama.cpp server", listens_while_loading=True),
-        Engine("trtllm", "TensorRT-LLM (trtllm-serve)"),
-        Engine("triton", "Triton Inference Server", health_path="/v2/health/ready"),
-        Engine("openai", "generic OpenAI-compatible server"),
+        Engine("sglang", "SGLang", log=sglang.LOG_PROFILE),
+        Engine("vllm", "vLLM", log=vllm.LOG_PROFILE),
+        Engine("tgi", "Text Generation Inference", log=tgi.LOG_PROFILE),
+        Engine(
+            "llamacpp", "llama.cpp server", listens_while_loading=True, log=llamacpp.LOG_PROFILE
+        ),
+        Engine("trtllm", "TensorRT-LLM (trtllm-serve)", log=trtllm.LOG_PROFILE),
+        Engine(
+            "triton",
+            "Triton Inference Server",
+            health_path="/v2/health/ready",
+            log=triton.LOG_PROFILE,
+        ),
+        Engine("openai", "generic OpenAI-compatible server", log=openai.LOG_PROFILE),
     ]
     return {e.name: e for e in engines}
 

@@ -1,0 +1,50 @@
+"""llama.cpp server's log profile, as data: markers, fatal lines, noise.
+
+No code paths: ``exporter.logparse`` applies it. Sources: ENGINES.md section 5 (llama.cpp)
+and the fixtures in ``shared/fixtures/logs/llamacpp-*.log``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from exporter.engines.profile import COMMON_BENIGN, COMMON_FATAL, LogProfile, fatal, marker
+from exporter.model import FailureReason, Phase
+
+_L, _I, _R = Phase.LOADING, Phase.INITIALIZING, Phase.READY
+
+LOG_PROFILE: Final = LogProfile(
+    markers=(
+        # ENGINES.md llama.cpp: the socket is up *before* the load, so not ready
+        marker(r"HTTP server is listening, hostname", "http_up"),
+        # ENGINES.md llama.cpp ("main: loading model"); llamacpp-01-ready, llamacpp-03-oom
+        marker(r"main: loading model|load_tensors: loading model tensors", "weights_begin", _L),
+        # llamacpp-01-ready ("load_tensors: offloaded 43/43 layers to GPU")
+        marker(r"load_tensors: offload(?:ed|ing)", "weights", _L),
+        # llamacpp-01-ready ("llama_context: constructing llama_context", KV buffers)
+        marker(r"llama_context: constructing|llama_kv_cache\w*: ", "kv_cache", _I),
+        marker(r"warming up the model", "warmup", _I),
+        # ENGINES.md llama.cpp ("main: model loaded")
+        marker(r"main: model loaded", "weights_end", _I),
+        # ENGINES.md llama.cpp; llamacpp-01-ready ("main: server is listening on http://...")
+        marker(
+            r"main: server is listening on|starting the main loop|all slots are idle", "ready", _R
+        ),
+    ),
+    fatal=(
+        # llamacpp-03-oom ("alloc_tensor_range: failed to allocate CUDA0 buffer")
+        fatal(r"failed to allocate \w+ buffer|unable to allocate \w+ buffer", FailureReason.OOM),
+        # ENGINES.md llama.cpp ("main: exiting due to model loading error")
+        fatal(
+            r"error loading model|failed to load model|exiting due to model loading error",
+            FailureReason.CRASH,
+        ),
+        *COMMON_FATAL,
+    ),
+    benign=COMMON_BENIGN,
+    detect=(
+        re.compile(r"\bllama_model_load|\bllama_context:|\bload_tensors:|\bggml_\w+:|llama-server"),
+        re.compile(r"^main: (?:loading model|model loaded)|^srv +\w+: "),
+    ),
+)

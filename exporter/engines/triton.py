@@ -1,0 +1,35 @@
+"""Triton Inference Server's log profile, as data: markers, fatal lines, noise.
+
+No code paths: ``exporter.logparse`` applies it. Source: ENGINES.md sections 3 and 5
+(Triton); no fixture log exists for Triton yet.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from exporter.engines.profile import COMMON_BENIGN, COMMON_FATAL, LogProfile, fatal, marker
+from exporter.model import FailureReason, Phase
+
+_L, _I, _R = Phase.LOADING, Phase.INITIALIZING, Phase.READY
+
+LOG_PROFILE: Final = LogProfile(
+    markers=(
+        # ENGINES.md Triton ("loading: %s:%d"), core model_lifecycle.cc
+        marker(r"\bloading: \S+:\d+", "weights_begin", _L),
+        # ENGINES.md Triton ("successfully loaded '%s'")
+        marker(r"successfully loaded '", "weights_end", _I),
+        # ENGINES.md Triton: services start after the models loaded (default mode)
+        marker(r"Started Metrics Service at", "http_up", _I),
+        marker(r"Started (?:HTTPService|GRPCInferenceService) at", "ready", _R),
+    ),
+    fatal=(
+        # ENGINES.md Triton: a model that cannot load keeps the server from becoming ready
+        fatal(r"failed to load '|failed to load all models", FailureReason.CRASH),
+        fatal(r"error: creating server:", FailureReason.CRASH),
+        *COMMON_FATAL,
+    ),
+    benign=COMMON_BENIGN,
+    detect=(re.compile(r"tritonserver|Triton Inference Server|TRITONBACKEND|model_lifecycle\.cc"),),
+)

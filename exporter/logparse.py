@@ -1,0 +1,384 @@
+"""Classify engine log lines: ANSI and secrets out, timestamps parsed, each line given a class.
+
+No I/O: sources hand lines in, ``LogEvent``s come out. The patterns live in the engine
+profiles (``exporter.engines``); this module only applies them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Final
+
+from exporter.config import LogPatterns
+from exporter.engines.profile import LogPattern, LogProfile
+from exporter.model import FailureReason, LogClass, LogEvent
+
+#: Longest text an event carries; a longer line is cut (engines print megabyte-long args).
+MAX_LINE_CHARS: Final = 8192
+#: Lines after a traceback header within which its final exception line is awaited.
+_TRACEBACK_BUDGET: Final = 200
+#: A yearless stamp this far past the read time belongs to the previous year.
+_FUTURE_SLACK_SECONDS: Final = 2 * 86400
+_REDACTED: Final = "<redacted>"
+
+# Raw ESC sequences, and the same rendered as text by CloudWatch (tgi-06-other "#033[2m").
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-B]|#033\[[0-9;]*[A-Za-z]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# tqdm's "[elapsed<remaining, rate]": what follows it was glued on by a later write.
+_TQDM_STATS = re.compile(r"\[(?:\d+:)?\d+:\d+<(?:(?:\d+:)?\d+:\d+|\?)(?:,[^\]\[]*)?\]")
+
+# --- secrets -------------------------------------------------------------------------------
+_SECRET_FLAG = re.compile(
+    r"(--[\w-]*(?:api[-_]key|token|secret|password)(?:=|\s+))('[^']*'|\"[^\"]*\"|\S+)", re.I
+)
+_SECRET_QUOTED = re.compile(
+    r"""(\b[\w-]*(?:api[-_]?key|token|secret|password|passwd)['"]?\s*[:=]\s*)"""
+    r"""(\[[^\]]*\]|'[^']*'|"[^"]*")""",
+    re.I,
+)
+_SECRET_BARE = re.compile(
+    r"""(\b[\w-]*(?:api[-_]?key|secret|password|passwd)['"]?\s*[:=]\s*)([^\s,;)'"\[\]<]+)""", re.I
+)
+_SECRET_ENV = re.compile(r"\b([A-Z][A-Z0-9_]*(?:API_KEY|TOKEN|SECRET|PASSWORD))=(\S+)")
+_SECRET_BEARER = re.compile(r"\b(Bearer|Basic)(\s+)[A-Za-z0-9._~+/=-]{6,}", re.I)
+_SECRET_OPENAI = re.compile(r"\bsk-[A-Za-z0-9_-]{3,}")
+_SECRET_HF = re.compile(r"\bhf_[A-Za-z0-9]{16,}")
+
+
+def _redact_value(m: re.Match[str]) -> str:
+    value = m.group(2)
+    if value.startswith("["):
+        return f"{m.group(1)}[{_REDACTED}]"
+    if value[:1] in "'\"":
+        return f"{m.group(1)}{value[0]}{_REDACTED}{value[0]}"
+    return f"{m.group(1)}{_REDACTED}"
+
+
+def redact(text: str) -> str:
+    """Replace API keys, tokens, passwords and bearer credentials with ``<redacted>``.
+
+    Covers ``--api-key X``, ``--api-key=X``, ``'api_key': '...'``, ``api_key=[...]``,
+    ``VLLM_API_KEY=...``, ``Bearer ...``, OpenAI-style ``sk-...`` and Hugging Face ``hf_...``.
+    """
+    text = _SECRET_FLAG.sub(_redact_value, text)
+    text = _SECRET_QUOTED.sub(_redact_value, text)
+    text = _SECRET_BARE.sub(_redact_value, text)
+    text = _SECRET_ENV.sub(lambda m: f"{m.group(1)}={_REDACTED}", text)
+    text = _SECRET_BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{_REDACTED}", text)
+    text = _SECRET_OPENAI.sub(f"sk-{_REDACTED}", text)
+    return _SECRET_HF.sub(f"hf_{_REDACTED}", text)
+
+
+def clean(text: str) -> str:
+    """Strip ANSI colour codes (raw and ``#033[`` text), control characters and the newline.
+
+    The result is what every pattern is matched against.
+    """
+    return _CONTROL.sub("", _ANSI.sub("", text.rstrip("\n")))
+
+
+def split_updates(line: str) -> list[str]:
+    r"""Split one physical line into the updates it holds.
+
+    tqdm redraws with ``\r`` (journald shows many updates on one line), and a later log
+    line is often glued straight after a bar's ``[elapsed<remaining]`` (sglang-04-ready).
+    """
+    pieces: list[str] = []
+    for segment in line.rstrip("\n").split("\r"):
+        while (m := _TQDM_STATS.search(segment)) and segment[m.end() :].strip():
+            pieces.append(segment[: m.end()])
+            segment = segment[m.end() :]
+        pieces.append(segment)
+    return [p for p in pieces if p.strip()]
+
+
+# --- timestamps ----------------------------------------------------------------------------
+_TS_WINDOW: Final = 160
+# sglang "[2026-08-01 23:37:38]", TGI "2023-08-17T15:28:43.904106Z", TF/flashinfer, wget.
+_TS_ISO = re.compile(
+    r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+    r"(?:[.,](?P<f>\d{1,6})\d*)?(?P<tz>Z|[+-]\d\d:?\d\d)?"
+)
+# TensorRT-LLM "[12/20/2025-04:20:04]".
+_TS_TRT = re.compile(
+    r"(?<!\d)(?P<mo>\d\d)/(?P<d>\d\d)/(?P<y>\d{4})-(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+)
+# vLLM "INFO 05-12 02:45:10" (no year).
+_TS_VLLM = re.compile(
+    r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?P<mo>\d\d)-(?P<d>\d\d) "
+    r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+)
+# glog (Triton, TensorFlow) "I0420 12:34:56.123456" (no year).
+_TS_GLOG = re.compile(
+    r"(?:^|\s)[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<f>\d{6})\b"
+)
+_TS_FORMATS: Final = (_TS_ISO, _TS_TRT, _TS_VLLM, _TS_GLOG)
+
+
+def _tzinfo(tz: str | None) -> timezone | None:
+    if not tz:
+        return None
+    if tz == "Z":
+        return UTC
+    sign = -1 if tz[0] == "-" else 1
+    digits = tz[1:].replace(":", "")
+    return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+
+
+def parse_timestamp(text: str, *, default_year: int) -> tuple[float, int | None] | None:
+    """The earliest timestamp near the start of a cleaned line, as Unix seconds.
+
+    Timestamps without a zone are local time, as engines print them. Formats without a year
+    (vLLM, glog) take ``default_year``.
+
+    Returns:
+        (seconds, year printed in the line or None), or None when the line has no timestamp.
+    """
+    head = text[:_TS_WINDOW]
+    found = [m for m in (f.search(head) for f in _TS_FORMATS) if m]
+    for m in sorted(found, key=lambda m: m.start()):
+        g = m.groupdict()
+        year = int(g["y"]) if g.get("y") else None
+        try:
+            stamp = datetime(
+                year or default_year,
+                int(g["mo"]),
+                int(g["d"]),
+                int(g["h"]),
+                int(g["mi"]),
+                int(g["s"]),
+                int((g.get("f") or "0").ljust(6, "0")),
+                tzinfo=_tzinfo(g.get("tz")),
+            )
+        except ValueError:  # glog's "E0000 00:00:..." carries no date at all
+            continue
+        return stamp.timestamp(), year
+    return None
+
+
+# --- classification ------------------------------------------------------------------------
+_RANK = re.compile(r"(?:\bTP|_TP)(\d+)\b|\brank[= ](\d+)\b", re.I)
+_TRACEBACK_HEAD = re.compile(r"Traceback \(most recent call last\)")
+_TRACEBACK_BODY = re.compile(r"^\s+\S|\bFile \"[^\"]+\", line \d+")
+_EXCEPTION = re.compile(
+    r"(?:^|[\]\)]\s)\s*(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Exited))(?::\s|\s*$)"
+)
+_NOT_A_CRASH = re.compile(r"KeyboardInterrupt|SystemExit|CancelledError|EngineDeadError")
+_ERROR_LEVEL = re.compile(
+    r"\b(?:ERROR|CRITICAL|FATAL)\b|\[E[\] ]|^E\d{4} |^Error: |^[\w.]*(?:Error|Exception): "
+)
+_WARNING_LEVEL = re.compile(r"\b(?:WARNING|WARN)\b|\[W\]|^W\d{4} |\w+Warning: |^Warning: ")
+_REASON_ORDER: Final[dict[FailureReason | None, int]] = {
+    FailureReason.OOM: 0,
+    FailureReason.NCCL: 1,
+}
+
+
+def _one_year_earlier(when: float) -> float:
+    stamp = datetime.fromtimestamp(when)
+    try:
+        return stamp.replace(year=stamp.year - 1).timestamp()
+    except ValueError:  # 29 February
+        return (stamp - timedelta(days=365)).timestamp()
+
+
+def infer_reason(text: str) -> FailureReason:
+    """The failure reason a fatal line implies when no pattern named one (user patterns)."""
+    if re.search(r"out of memory|OutOfMemory|\boom\b", text, re.I):
+        return FailureReason.OOM
+    if re.search(r"\bnccl", text, re.I):
+        return FailureReason.NCCL
+    return FailureReason.CRASH
+
+
+def _user_patterns(regexes: Iterable[str], cls: LogClass) -> tuple[LogPattern, ...]:
+    marker = "user" if cls is LogClass.MARKER else None
+    return tuple(LogPattern(re.compile(r, re.IGNORECASE), cls, marker) for r in regexes)
+
+
+def _count(value: str) -> int:
+    scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(value[-1:].upper(), 1.0)
+    number = value[:-1] if scale != 1.0 else value
+    return int(float(number) * scale)
+
+
+@dataclass(slots=True)
+class _Traceback:
+    """An open Python traceback: awaiting its final exception line."""
+
+    fatal: bool
+    budget: int = _TRACEBACK_BUDGET
+
+
+class LogClassifier:
+    """Turns raw engine log lines into classified, redacted ``LogEvent``s.
+
+    Stateful across lines of one log: it remembers the year printed last (vLLM omits it),
+    which ranks finished loading weights (a later load is a draft model's) and whether a
+    traceback is open (its last line names the cause).
+    """
+
+    def __init__(self, profile: LogProfile, patterns: LogPatterns | None = None) -> None:
+        user = patterns or LogPatterns()
+        self._user_fatal = _user_patterns(user.fatal, LogClass.FATAL)
+        self._user_benign = _user_patterns(user.benign, LogClass.BENIGN)
+        self._user_markers = _user_patterns(user.markers, LogClass.MARKER)
+        self._fatal = tuple(
+            sorted(profile.fatal, key=lambda p: _REASON_ORDER.get(p.fatal_reason, 9))
+        )
+        self._benign = profile.benign
+        self._wrappers = profile.wrappers
+        self._markers = profile.markers
+        self._year: int | None = None
+        self._ended: set[str] = set()
+        self._model_index = 0
+        self._traceback: _Traceback | None = None
+        #: Timestamp parsed from the last line given to ``classify``; None if it had none.
+        self.last_timestamp: float | None = None
+
+    def classify(
+        self, line: str, *, at: float, line_no: int | None = None, line_time: bool = True
+    ) -> list[LogEvent]:
+        r"""Classify one raw line; each ``\r`` update or glued line in it is one event.
+
+        Args:
+            line: the raw line, ANSI codes and ``\r`` redraws included.
+            at: when the line was read (or journald's timestamp); used when the line
+                carries no timestamp, or always when ``line_time`` is False.
+            line_no: 1-based line number in its source, if known.
+            line_time: prefer the timestamp printed in the line (replay, backlog).
+        """
+        self.last_timestamp = None
+        events: list[LogEvent] = []
+        for piece in split_updates(line):
+            text = clean(piece)
+            if not text.strip():
+                continue
+            when = self._timestamp(text, at) if line_time else None
+            text = redact(text[: 2 * MAX_LINE_CHARS])[:MAX_LINE_CHARS]
+            events.append(self._event(text, at if when is None else when, line_no))
+        return events
+
+    def _timestamp(self, text: str, at: float) -> float | None:
+        parsed = parse_timestamp(text, default_year=self._year or datetime.fromtimestamp(at).year)
+        if parsed is None:
+            return None
+        when, printed_year = parsed
+        if printed_year is not None:
+            self._year = printed_year
+        elif self._year is None and when > at + _FUTURE_SLACK_SECONDS:
+            when = _one_year_earlier(when)  # a December stamp without year, read in January
+        self.last_timestamp = when
+        return when
+
+    def _event(self, text: str, at: float, line_no: int | None) -> LogEvent:
+        return (
+            self._match_fatal(text, at, line_no)
+            or self._match_benign(text, at, line_no)
+            or self._match_traceback(text, at, line_no)
+            or self._match_marker(text, at, line_no)
+            or LogEvent(self._level(text), text, at, line_no=line_no)
+        )
+
+    def _match_fatal(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
+        for p in self._user_fatal:
+            if p.regex.search(text):
+                return self._fatal_event(text, at, line_no, infer_reason(text))
+        if any(p.regex.search(text) for p in self._user_benign):
+            return LogEvent(LogClass.BENIGN, text, at, line_no=line_no)
+        for p in self._fatal:
+            if p.regex.search(text):
+                return self._fatal_event(text, at, line_no, p.fatal_reason or FailureReason.CRASH)
+        return None
+
+    def _fatal_event(
+        self, text: str, at: float, line_no: int | None, reason: FailureReason
+    ) -> LogEvent:
+        self._traceback = None  # the cause is known; the rest of the traceback is context
+        return LogEvent(LogClass.FATAL, text, at, fatal_reason=reason, line_no=line_no)
+
+    def _match_benign(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
+        if any(p.regex.search(text) for p in self._benign):
+            if self._traceback and _EXCEPTION.search(text):
+                self._traceback = None  # e.g. EngineDeadError closing a stop's traceback
+            return LogEvent(LogClass.BENIGN, text, at, line_no=line_no)
+        return None
+
+    def _match_traceback(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
+        if any(p.regex.search(text) for p in self._wrappers):
+            self._traceback = _Traceback(fatal=True)
+            return LogEvent(LogClass.ERROR, text, at, marker="traceback", line_no=line_no)
+        if _TRACEBACK_HEAD.search(text):
+            if self._traceback is None:
+                self._traceback = _Traceback(fatal=False)
+            return LogEvent(LogClass.ERROR, text, at, line_no=line_no)
+        tb = self._traceback
+        if tb is None:
+            return None
+        tb.budget -= 1
+        if tb.budget <= 0:
+            self._traceback = None
+            return None
+        if _TRACEBACK_BODY.search(text):
+            return LogEvent(LogClass.ERROR, text, at, line_no=line_no)
+        if m := _EXCEPTION.search(text):
+            self._traceback = None
+            if tb.fatal and not _NOT_A_CRASH.search(m.group("name")):
+                return self._fatal_event(text, at, line_no, FailureReason.CRASH)
+            return LogEvent(LogClass.ERROR, text, at, line_no=line_no)
+        return None
+
+    def _match_marker(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
+        for p in self._user_markers:
+            if p.regex.search(text):
+                return LogEvent(LogClass.MARKER, text, at, marker="user", line_no=line_no)
+        for p in self._markers:
+            m = p.regex.search(text)
+            if m is None:
+                continue
+            if p.cls is LogClass.PROGRESS:
+                return self._progress_event(p, m, text, at, line_no)
+            self._track_model(p.marker, text)
+            return LogEvent(p.cls, text, at, phase=p.phase, marker=p.marker, line_no=line_no)
+        return None
+
+    def _progress_event(
+        self, p: LogPattern, m: re.Match[str], text: str, at: float, line_no: int | None
+    ) -> LogEvent:
+        done, total = _count(m.group("done")), _count(m.group("total"))
+        key = p.marker or "progress"
+        if p.per_model and self._model_index > 0:
+            key = f"draft:{key}"
+        return LogEvent(
+            LogClass.PROGRESS,
+            text,
+            at,
+            phase=p.phase,
+            marker=p.marker,
+            progress=(min(done, total), total),
+            progress_key=key,
+            line_no=line_no,
+        )
+
+    def _track_model(self, marker: str | None, text: str) -> None:
+        """Count model loads per rank: a load that begins after one ended is the draft's."""
+        if marker not in ("weights_begin", "weights_end"):
+            return
+        m = _RANK.search(text)
+        rank = (m.group(1) or m.group(2)) if m else "-"
+        if marker == "weights_end":
+            self._ended.add(rank)
+        elif rank in self._ended:
+            self._ended.discard(rank)
+            self._model_index += 1
+
+    @staticmethod
+    def _level(text: str) -> LogClass:
+        if _ERROR_LEVEL.search(text):
+            return LogClass.ERROR
+        if _WARNING_LEVEL.search(text):
+            return LogClass.WARNING
+        return LogClass.INFO
