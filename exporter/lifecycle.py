@@ -82,6 +82,7 @@ RSS_EVIDENCE_BYTES: Final = 4 * 2**20
 GPU_PLATEAU_SECONDS: Final = 10.0
 #: Share of the weights' size read before reads alone mean loading (imports read GBs too).
 LOAD_READ_SHARE: Final = 0.02
+ETA_MIN_SECONDS: Final = 5.0
 K = TypeVar("K")
 NOTABLE_LINES_KEPT: Final = 10
 TRANSITIONS_KEPT: Final = 20
@@ -468,8 +469,9 @@ def _eta(state: TargetState, now: float, th: Thresholds) -> float | None:
         return None
     expected_init = th.expected_phase_seconds.get(Phase.INITIALIZING)
     ratio = state.progress_ratio
-    if state.phase is Phase.LOADING and ratio and 0 < ratio < 1 and state.phase_since is not None:
-        elapsed = max(1e-6, now - state.phase_since)
+    elapsed = now - state.phase_since if state.phase_since is not None else 0.0
+    # A rate needs a few seconds of loading behind it; before that, history speaks.
+    if state.phase is Phase.LOADING and ratio and 0 < ratio < 1 and elapsed >= ETA_MIN_SECONDS:
         remaining_load = elapsed * (1 - ratio) / ratio
         return remaining_load + (expected_init or 0.0)
     expected_total = sum(th.expected_phase_seconds.get(p, 0.0) for p in STARTUP_PHASES)

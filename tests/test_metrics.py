@@ -1,0 +1,236 @@
+"""Rendering a hand-built Snapshot: golden exposition, promtool, label and series budget."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+from exporter.lifecycle import Thresholds, initial_state, step
+from exporter.metrics import SnapshotCollector
+from exporter.model import (
+    DiskSample,
+    FailureReason,
+    GpuSample,
+    LogClass,
+    LogEvent,
+    Observation,
+    Phase,
+    ProbeKind,
+    ProbeOutcome,
+    ProbeResult,
+    ProcessSample,
+    SourceStatus,
+)
+from exporter.snapshot import Snapshot, TargetInfo, TargetSnapshot
+
+GOLDEN = Path(__file__).parent / "fixtures/metrics"
+T0 = 1_700_000_000.0
+GiB = 2**30
+
+
+def loading_state():
+    """A target 40 s into a cold start: loading, shards 29/64, one fatal-free error line."""
+    state = initial_state("kimi")
+    p = ProcessSample(
+        pid=4242,
+        create_time=T0,
+        pids=(4242, 4243),
+        rss_bytes=14 * GiB,
+        cpu_seconds=120.0,
+        read_bytes=80 * GiB,
+    )
+    refused = ProbeResult(ProbeKind.HEALTH, ProbeOutcome.REFUSED, None, 0.0004, T0 + 40)
+    bar = LogEvent(
+        LogClass.PROGRESS,
+        "Loading safetensors checkpoint shards: 29/64",
+        T0 + 40,
+        progress=(29, 64),
+        progress_key="shards",
+    )
+    for t, gpu, events in ((39, 30 * GiB, ()), (40, 35 * GiB, (bar,))):
+        state = step(
+            state,
+            Observation(
+                "kimi", T0 + t, process=p, health=refused, gpu_memory_bytes=gpu, log_events=events
+            ),
+            T0 + t,
+            Thresholds(expected_phase_seconds={Phase.INITIALIZING: 200.0}),
+        )
+    return state, p
+
+
+def ready_state():
+    state = initial_state("llama")
+    ok = ProbeResult(ProbeKind.HEALTH, ProbeOutcome.OK, 200, 0.002, T0 + 40)
+    p = ProcessSample(
+        pid=77,
+        create_time=T0 - 100,
+        pids=(77,),
+        rss_bytes=GiB,
+        cpu_seconds=3.0,
+        read_bytes=None,
+        read_bytes_error="permission_denied",
+    )
+    state = step(state, Observation("llama", T0 + 40, process=p, health=ok), T0 + 40, Thresholds())
+    counters = replace(state.counters, start_failures=((FailureReason.OOM, 2),), restarts=2)
+    return replace(state, counters=counters), p
+
+
+def snapshot():
+    kimi, kp = loading_state()
+    llama, lp = ready_state()
+    gpus = tuple(
+        GpuSample(
+            index=i,
+            uuid=f"GPU-{i:08x}",
+            name="NVIDIA H200",
+            up=i != 3,
+            memory_used_bytes=(35 if i < 2 else 1) * GiB,
+            memory_total_bytes=141 * GiB,
+            utilization_ratio=None if i == 2 else 0.0,
+            error="gpu_lost" if i == 3 else None,
+        )
+        for i in range(4)
+    )
+    return Snapshot(
+        taken_at=T0 + 40,
+        targets=(
+            TargetSnapshot(
+                TargetInfo("kimi", "sglang", "kimi-prod", "Kimi-K2"),
+                kimi,
+                kp,
+                ((0, 35 * GiB), (1, 35 * GiB)),
+            ),
+            TargetSnapshot(TargetInfo("llama", "llamacpp"), llama, lp),
+        ),
+        gpus=gpus,
+        foreign_gpu_memory_bytes=((2, GiB),),
+        disk=DiskSample(read_bytes=90 * GiB, devices=("nvme0n1",)),
+        sources=(
+            SourceStatus("process", True, 0.0003, target="kimi"),
+            SourceStatus("process", True, 0.0002, target="llama"),
+            SourceStatus("nvml", False, 0.5, error="timeout"),
+            SourceStatus("disk", True, 0.0001),
+        ),
+        source_errors=(("nvml", 3),),
+        tick_duration_seconds=0.012,
+        version="0.1.0",
+    )
+
+
+def render(snap, openmetrics=False):
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: snap, "0.1.0"))
+    return (generate_openmetrics if openmetrics else generate_latest)(registry).decode()
+
+
+def test_golden_exposition(update_golden):
+    text = render(snapshot())
+    golden = GOLDEN / "two-targets-four-gpus.prom"
+    if update_golden:
+        golden.write_text(text)
+    assert text == golden.read_text(), "rerun with --update-golden and review the diff"
+
+
+def test_promtool_finds_nothing_to_complain_about(tmp_path):
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool (Debian package prometheus) must be installed; make test does it"
+    out = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=render(snapshot()),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip() == "" and out.stderr.strip() == ""
+
+
+def test_openmetrics_rendering_parses_and_ends_in_eof():
+    text = render(snapshot(), openmetrics=True)
+    assert text.endswith("# EOF\n")
+    families = {f.name for f in text_string_to_metric_families(text)}
+    assert {"inference_server_phase", "inference_server_restarts"} <= families
+
+
+def test_every_phase_series_exists_from_the_first_scrape_with_exactly_one_set():
+    text = render(snapshot())
+    kimi = re.findall(r'inference_server_phase\{phase="(\w+)",target="kimi"\} (\S+)', text)
+    assert sorted(p for p, _ in kimi) == sorted(p.value for p in Phase)
+    assert [p for p, v in kimi if v == "1.0"] == ["loading"]
+
+
+def test_unknown_values_are_absent_not_zero():
+    text = render(snapshot())
+    # llama's read bytes were denied: no series rather than a fake 0
+    assert 'inference_server_process_read_bytes_total{target="llama"}' not in text
+    assert 'inference_server_process_read_bytes_total{target="kimi"}' in text
+    # GPU 2 does not support utilisation; GPU 3 is lost: its fields vanish, up says 0
+    assert 'inference_gpu_utilization_ratio{gpu="2"' not in text
+    assert 'inference_gpu_memory_used_bytes{gpu="3"' not in text
+    assert re.search(r'inference_gpu_up\{gpu="3",uuid="GPU-00000003"\} 0\.0', text)
+    # llama is ready: no ETA; kimi is loading with 29/64 shards
+    assert 'inference_server_eta_seconds{target="llama"}' not in text
+    assert re.search(r'inference_server_load_progress_ratio\{target="kimi"\} 0\.453', text)
+
+
+def test_labels_are_bounded_and_secret_free():
+    text = render(snapshot())
+    labels = set(re.findall(r'[{,](\w+)="', text))
+    assert labels <= {
+        "target",
+        "phase",
+        "probe",
+        "source",
+        "gpu",
+        "uuid",
+        "engine",
+        "deployment",
+        "model",
+        "reason",
+        "class",
+        "name",
+        "version",
+        "le",
+    }
+    assert "4242" not in text  # never a pid
+
+
+def test_series_budget_two_targets_eight_gpus_under_200():
+    snap = snapshot()
+    gpus = tuple(replace(snap.gpus[0], index=i, uuid=f"GPU-{i}") for i in range(8))
+    text = render(replace(snap, gpus=gpus))
+    series = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert len(series) < 200, len(series)
+
+
+def test_before_the_first_tick_only_build_info_is_rendered():
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: None, "9.9"))
+    text = generate_latest(registry).decode()
+    assert 'inference_exporter_build_info{version="9.9"} 1.0' in text
+    assert "inference_server_phase" not in text
+
+
+def test_cold_start_histogram_counts_a_finished_start():
+    state, p = loading_state()
+    ok = ProbeResult(ProbeKind.HEALTH, ProbeOutcome.OK, 200, 0.002, T0 + 100)
+    state = step(state, Observation("kimi", T0 + 100, process=p, health=ok), T0 + 100, Thresholds())
+    snap = replace(snapshot(), targets=(TargetSnapshot(TargetInfo("kimi", "sglang"), state, p),))
+    text = render(snap)
+    assert 'inference_server_cold_start_duration_seconds_count{target="kimi"} 1.0' in text
+    assert (
+        'inference_server_cold_start_duration_seconds_bucket{le="120.0",target="kimi"} 1.0' in text
+    )
+    assert (
+        'inference_server_cold_start_duration_seconds_bucket{le="60.0",target="kimi"} 0.0' in text
+    )
+    assert 'inference_server_last_cold_start_duration_seconds{target="kimi"} 100.0' in text
