@@ -274,11 +274,13 @@ def test_shard_progress_aggregates_ranks_and_never_regresses_when_a_draft_loads(
 
 
 def test_progress_from_bytes_read_over_weights_size_and_an_eta():
-    th = Thresholds(weights_bytes=10 * GiB)
-    trace = [(t, dict(process=proc(read=t * GiB), health=REFUSED)) for t in range(0, 6)]
+    th = Thresholds(weights_bytes=20 * GiB)
+    trace = [(t, dict(process=proc(read=t * GiB), health=REFUSED)) for t in range(11)]
     final = run_trace(trace, th)[-1]
+    assert final.phase is Phase.LOADING
     assert final.progress_ratio == pytest.approx(0.5)
-    assert final.eta_seconds is not None and final.eta_seconds > 0
+    # about 9 s of loading got half-way: roughly as long again remains
+    assert final.eta_seconds is not None and 5 < final.eta_seconds < 15
 
 
 def test_progress_and_eta_are_absent_when_unknown():

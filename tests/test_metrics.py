@@ -8,7 +8,6 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
