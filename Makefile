@@ -1,0 +1,39 @@
+# Two commands from a fresh clone: `make demo` and `make test`. Each creates the virtualenv
+# and installs what is missing (Debian packages too, when run as root) before running.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
+	tools/install-system-packages.sh demo
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	tools/install-system-packages.sh test
+	$(BIN)/python -m pip install -q -e '.[dev,journal]'
+	touch $@
+
+demo: $(VENV)/.installed-demo
+	$(BIN)/inference-lifecycle-exporter demo
+
+lint: $(VENV)/.installed-test
+	$(BIN)/python -m ruff check exporter tests
+	$(BIN)/python -m ruff format --check exporter tests
+	$(BIN)/python -m mypy
+
+test: lint
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed-test
+	$(BIN)/inference-lifecycle-exporter bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info
