@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Final
 
 from exporter import __version__
-from exporter.errors import ConfigErrors, ExporterError
+from exporter.errors import ConfigError, ConfigErrors, ExporterError
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +218,7 @@ def serve(
     web_config_file: str | None,
     *,
     stop: threading.Event | None = None,
+    gpu_env: dict[str, str] | None = None,
 ) -> int:
     """Build the daemon and web server, run until stopped; shared by ``run`` and ``demo``."""
     from prometheus_client import CollectorRegistry
@@ -231,7 +232,11 @@ def serve(
 
     assert isinstance(settings, Settings)
     stop = stop or threading.Event()
-    daemon = Daemon(settings)
+    try:
+        daemon = Daemon(settings, gpu_env=gpu_env)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(lambda: daemon.latest, __version__))
     routes = WebRoutes(

@@ -8,7 +8,6 @@ data; the loop itself never dies of a source. Scrapes read ``Daemon.latest`` onl
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -41,7 +40,7 @@ from exporter.sdnotify import Notifier
 from exporter.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.sources import SourceHealth, SourceResult, run_source
 from exporter.sources.disk import DiskSource
-from exporter.sources.gpu import GpuSource, attribute_gpu_memory
+from exporter.sources.gpu import GpuSource, attribute_gpu_memory, visible_gpu_pids
 from exporter.sources.logs import LogSource, make_log_source
 from exporter.sources.probe import Prober
 from exporter.sources.process import ProcessSource
@@ -96,6 +95,7 @@ class Daemon:
         clock: Callable[[], float] = time.time,
         history: History | None = None,
         notifier: Notifier | None = None,
+        gpu_env: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
         self._clock = clock
@@ -155,7 +155,9 @@ class Daemon:
             if s.obs.process is not None:
                 gpu_pids_by_target[w.target.name] = s.obs.process.pids
         gpu = self._sample_gpus(statuses)
-        attribution = attribute_gpu_memory(gpu, gpu_pids_by_target, visible=_pid_visible)
+        attribution = attribute_gpu_memory(
+            gpu, gpu_pids_by_target, visible_pids=visible_gpu_pids(gpu)
+        )
         now = self._clock()
         targets = []
         for w, s in zip(self._watched, sampled, strict=True):
@@ -315,10 +317,6 @@ def now_minus(since: float | None, start: float | None) -> float:
     if since is None or start is None:
         return 0.0
     return max(0.0, since - start)
-
-
-def _pid_visible(pid: int) -> bool:
-    return os.path.exists(f"/proc/{pid}")
 
 
 def _status_line(snap: Snapshot) -> str:
