@@ -1,0 +1,95 @@
+"""The dependency rules of STYLE.md section 1, checked by parsing every module's imports."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "exporter"
+MODULES = {
+    ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+    for p in PACKAGE.rglob("*.py")
+}
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def importers_of(prefix: str) -> set[str]:
+    return {
+        m
+        for m, p in MODULES.items()
+        if any(i == prefix or i.startswith(prefix + ".") for i in imports_of(p))
+    }
+
+
+STDLIB = set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize(
+    ("module", "allowed"),
+    [
+        ("exporter.lifecycle", {"exporter.model", "exporter.engines"}),
+        (
+            "exporter.metrics",
+            {"exporter.model", "exporter.lifecycle", "exporter.snapshot", "prometheus_client"},
+        ),
+        ("exporter.model", set()),
+        ("exporter.snapshot", {"exporter.model", "exporter.lifecycle"}),
+    ],
+)
+def test_pure_modules_import_only_what_they_may(module, allowed):
+    bad = {
+        i
+        for i in imports_of(MODULES[module])
+        if i.split(".")[0] not in STDLIB
+        and not any(i == a or i.startswith(a + ".") for a in allowed)
+    }
+    assert not bad, f"{module} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize(
+    ("library", "owners"),
+    [
+        ("pynvml", {"exporter.sources.gpu", "exporter.nvmlworker"}),
+        ("systemd", {"exporter.sources.logs"}),
+        ("httpx", {"exporter.sources.probe", "exporter.wait"}),
+        ("psutil", {"exporter.sources.process", "exporter.sources.disk"}),
+    ],
+)
+def test_each_io_library_lives_in_its_one_module(library, owners):
+    assert importers_of(library) <= owners
+
+
+def test_only_the_shell_imports_sources():
+    users = {m for m in importers_of("exporter.sources") if not m.startswith("exporter.sources")}
+    assert users <= {
+        "exporter.daemon",
+        "exporter.cli",
+        "exporter.wait",
+        "exporter.bench",
+        "exporter.replay",
+    }
+
+
+def test_importing_the_package_has_no_side_effects():
+    code = (
+        "import logging, prometheus_client as pc, exporter, exporter.cli, exporter.metrics,"
+        " exporter.lifecycle, exporter.daemon\n"
+        "names = [m for m in pc.REGISTRY._names_to_collectors if m.startswith('inference_')]\n"
+        "assert not names, names\n"
+        "assert not logging.getLogger().handlers\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)
