@@ -82,6 +82,10 @@ def configure_logging(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # httpx logs every request (with its URL) at INFO: per-tick noise, and URLs are not ours
+    # to log; the prober reports outcomes itself.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
 
 
 def add_web_and_log_flags(p: argparse.ArgumentParser) -> None:

@@ -300,7 +300,7 @@ def _gather_evidence(prev: TargetState, obs: Observation, dt: float) -> _Evidenc
         if ev.phase is not None and (log_phase is None or _ORDER[ev.phase] > _ORDER[log_phase]):
             log_phase = ev.phase
         if ev.cls is not LogClass.BENIGN:
-            kinds.append("progress" if ev.progress else "logs")
+            kinds.append("shard_progress" if _is_load_progress(ev) else "logs")
     return _Evidence(tuple(dict.fromkeys(kinds)), log_phase, fatal, gpu_grew)
 
 
@@ -345,7 +345,7 @@ def _startup_phase(
         candidates.append((ev.log_phase, f"log marker announces {ev.log_phase}"))
     if ev.gpu_grew:
         candidates.append((Phase.LOADING, "GPU memory climbing"))
-    if "progress" in ev.kinds:
+    if "shard_progress" in ev.kinds:
         candidates.append((Phase.LOADING, "shard progress in logs"))
     health = _health_says(obs.health)
     if health == "loading":
@@ -426,13 +426,18 @@ def _down_reason(obs: Observation) -> str:
 # --- progress, stall and ETA ----------------------------------------------------------------
 
 
+def _is_load_progress(ev: LogEvent) -> bool:
+    """Weight-shard progress; other bars (CUDA-graph capture) say initializing, not loading."""
+    return ev.progress is not None and ev.phase in (None, Phase.LOADING)
+
+
 def _merge_shards(
     prev: tuple[tuple[str, int, int], ...], events: Iterable[LogEvent]
 ) -> tuple[tuple[str, int, int], ...]:
     """Per progress key, the furthest (done, total) seen: ranks repeat the same bar."""
     merged = {k: (d, t) for k, d, t in prev}
     for ev in events:
-        if ev.progress is None:
+        if not _is_load_progress(ev):
             continue
         key = ev.progress_key or "shards"
         done, total = ev.progress
