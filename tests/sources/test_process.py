@@ -1,0 +1,505 @@
+"""The process source against real process trees: finders, sums, faults (RELIABILITY 43-46, 48)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.config import Target
+from exporter.model import ProcessSample
+from exporter.sources import run_source
+from exporter.sources.process import ProcessSource
+from tests.sources.conftest import (
+    DATA_BYTES,
+    REPO_ROOT,
+    TREE_PROGRAM,
+    Tree,
+    proc_state,
+    wait_for,
+)
+
+NOBODY = 65534
+DAEMON = 1  # the fake engine's user when the exporter must not read its /proc/PID/io
+
+
+def target(**finder: str) -> Target:
+    """A target found by ``finder`` (unit, pidfile, cmdline, or base_url's port)."""
+    base_url = finder.pop("base_url", "http://127.0.0.1:1")
+    return Target(
+        name="llm",
+        engine="vllm",
+        base_url=base_url,
+        health_path="/health",
+        probe_timeout_seconds=1.0,
+        **finder,  # type: ignore[arg-type]
+    )
+
+
+def sample(source: ProcessSource) -> ProcessSample:
+    """A sample that must find the process."""
+    found = source.sample()
+    assert found is not None, "process not found"
+    return found
+
+
+@pytest.mark.integration
+def test_tree_sums_rss_cpu_and_read_bytes_of_main_and_workers(make_tree, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="exporter.sources.process")
+    pidfile = tmp_path / "engine.pid"
+    tree = make_tree(pidfile=str(pidfile))
+    source = ProcessSource(target(pidfile=str(pidfile)))
+    alone = sample(source)
+
+    workers = {tree.spawn(), tree.spawn()}
+    loaded = sample(source)
+    sample(source)
+
+    assert alone.pids == (tree.main_pid,)
+    assert loaded.pid == tree.main_pid and loaded.pids[0] == tree.main_pid
+    assert set(loaded.pids) == {tree.main_pid, *workers}
+    assert loaded.read_bytes is not None and alone.read_bytes is not None
+    assert loaded.read_bytes - alone.read_bytes >= 2 * DATA_BYTES  # O_DIRECT: real disk reads
+    assert loaded.read_bytes_error is None
+    assert loaded.rss_bytes > alone.rss_bytes > 0
+    assert loaded.cpu_seconds >= alone.cpu_seconds > 0
+    assert loaded.create_time == alone.create_time
+    assert time.time() - 300 < loaded.create_time <= time.time()
+    assert not loaded.zombie
+    found = [r for r in caplog.records if r.getMessage().startswith("process found")]
+    assert len(found) == 1  # edges, not ticks
+
+
+@pytest.mark.integration
+def test_cmdline_regex_finds_the_main_process_not_its_forked_workers(make_tree, caplog):
+    caplog.set_level(logging.DEBUG)
+    tree = make_tree()
+    worker = tree.spawn()  # a fork: its command line matches too
+
+    found = sample(ProcessSource(target(cmdline=tree.regex)))
+
+    assert found.pid == tree.main_pid
+    assert worker in found.pids
+    assert tree.token not in caplog.text  # the command line is never logged
+    assert tree.token not in repr(found)
+
+
+@pytest.mark.integration
+def test_port_listener_is_found_and_kept_while_it_stops_listening(make_tree):
+    tree = make_tree()
+    worker = tree.spawn(read=False)  # forked before listen: holds no listener
+    port = int(tree.ask("listen").split()[1])
+    source = ProcessSource(target(base_url=f"http://127.0.0.1:{port}"))
+    listening = sample(source)
+
+    tree.ask("unlisten")  # as vLLM and SGLang refuse connections while they load
+    refusing = sample(source)
+    never_seen = ProcessSource(target(base_url=f"http://127.0.0.1:{port}")).sample()
+    tree.ask("exit 0")
+    wait_for(lambda: proc_state(tree.main_pid) == "")
+
+    assert listening.pid == tree.main_pid and worker in listening.pids
+    assert refusing.pid == tree.main_pid and refusing.create_time == listening.create_time
+    assert never_seen is None
+    assert source.sample() is None
+
+
+def test_absent_process_is_a_valid_observation_not_a_failure(tmp_path):
+    sources = [
+        ProcessSource(target(pidfile=str(tmp_path / "missing.pid"))),
+        ProcessSource(target(unit=f"ile-absent-{uuid.uuid4().hex[:8]}")),
+        ProcessSource(target(cmdline=rf"\bnothing-runs-this-{uuid.uuid4().hex}\b")),
+        ProcessSource(target(base_url="http://127.0.0.1:1")),
+    ]
+    for source in sources:
+        result = run_source("process", source.sample, target="llm")
+        assert result.value is None
+        assert result.status.up, result.status.error
+
+
+@pytest.mark.integration
+def test_pidfile_naming_an_ended_process_or_no_pid_is_absent(tmp_path, caplog):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    dead, garbage = tmp_path / "dead.pid", tmp_path / "garbage.pid"
+    dead.write_text(f"{ended.pid}\n")
+    garbage.write_text("not a pid\n")
+
+    assert ProcessSource(target(pidfile=str(dead))).sample() is None
+    garbage_source = ProcessSource(target(pidfile=str(garbage)))
+    assert garbage_source.sample() is None
+    assert garbage_source.sample() is None
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(garbage) in warnings[0].getMessage()
+
+
+def test_unit_name_that_escapes_the_cgroup_tree_is_a_source_error():
+    result = run_source("process", ProcessSource(target(unit="../../etc")).sample)
+    assert not result.status.up
+    assert result.status.error == "invalid_finder"
+
+
+# --- systemd units through real cgroups ---------------------------------------------------
+
+
+def _cgroup_hierarchies() -> list[str]:
+    """Mounted hierarchies systemd puts units in: cgroup2 (unified) and v1 name=systemd."""
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            head, _, tail = line.partition(" - ")
+            point, (fstype, _source, options) = head.split()[4], tail.split()[:3]
+            if fstype == "cgroup2" or (fstype == "cgroup" and "name=systemd" in options):
+                found.append(point)
+    return found
+
+
+@pytest.fixture
+def cgroup_dir() -> Iterator[Callable[[Path], Path]]:
+    """Create real cgroup directories (writable as root); removed, deepest first, afterwards."""
+    made: list[Path] = []
+
+    def make(path: Path) -> Path:
+        missing = [p for p in (path, *path.parents) if not p.exists()]
+        for p in reversed(missing):
+            p.mkdir()
+            made.append(p)
+        return path
+
+    yield make
+    for path in reversed(made):
+        for child in sorted(path.rglob("*"), reverse=True):
+            if child.is_dir():
+                _rmdir_when_empty(child)
+        _rmdir_when_empty(path)
+
+
+def _rmdir_when_empty(path: Path) -> None:
+    deadline = time.monotonic() + 10
+    while path.exists():
+        try:
+            path.rmdir()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)  # killed members leave the cgroup when reaped
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("hierarchy", _cgroup_hierarchies())
+def test_unit_is_found_through_its_cgroup_in_system_slice(hierarchy, make_tree, cgroup_dir):
+    assert hierarchy.startswith("/sys/fs/cgroup"), "units are looked up under /sys/fs/cgroup"
+    unit = f"ile-test-{uuid.uuid4().hex[:8]}"
+    group = cgroup_dir(Path(hierarchy) / "system.slice" / f"{unit}.service")
+    tree = make_tree()
+    (group / "cgroup.procs").write_text(str(tree.main_pid))
+    workers = {tree.spawn(), tree.spawn(read=False)}  # forked inside the cgroup
+
+    found = sample(ProcessSource(target(unit=unit)))  # default root, ".service" implied
+
+    assert found.pid == tree.main_pid
+    assert set(found.pids) == {tree.main_pid, *workers}
+    assert tree.reaper.pid not in found.pids
+    tree.close()
+
+
+@pytest.mark.integration
+def test_unit_in_a_nested_slice_with_a_delegated_subgroup(make_tree, cgroup_dir):
+    hierarchies = _cgroup_hierarchies()
+    assert hierarchies, "no cgroup2 or name=systemd hierarchy mounted"
+    root = Path(hierarchies[0]) / f"ile-test-{uuid.uuid4().hex[:8]}"
+    unit = "llm@0.service"
+    group = cgroup_dir(root / "ai.slice" / "ai-llm.slice" / unit)
+    payload = cgroup_dir(group / "payload")  # as with Delegate=yes
+    tree = make_tree()
+    (group / "cgroup.procs").write_text(str(tree.main_pid))
+    worker = tree.spawn()
+    (payload / "cgroup.procs").write_text(str(worker))
+
+    source = ProcessSource(target(unit=unit), cgroup_root=str(root))
+    found = sample(source)
+    tree.ask(f"kill {worker}")
+    after = sample(source)
+    tree.close()
+
+    assert found.pid == tree.main_pid and set(found.pids) == {tree.main_pid, worker}
+    assert found.read_bytes is not None and found.read_bytes >= DATA_BYTES
+    assert after.pids == (tree.main_pid,)
+    assert source.sample() is None  # the cgroup emptied: the unit stopped
+
+
+# --- faults: zombies, reaped and reparented workers, vanishing and reused pids -------------
+
+
+@pytest.mark.integration
+def test_zombie_main_process_with_live_workers_still_sums_the_workers(make_tree, tmp_path):
+    pidfile = tmp_path / "engine.pid"
+    tree = make_tree(pidfile=str(pidfile))
+    workers = {tree.spawn(), tree.spawn()}
+    source = ProcessSource(target(pidfile=str(pidfile)))
+    sample(source)
+
+    tree.ask("exit 7")  # the reaper leaves it unreaped; the workers are reparented
+    wait_for(lambda: proc_state(tree.main_pid) == "Z")
+    zombie = sample(source)
+
+    assert zombie.zombie and zombie.pid == tree.main_pid
+    assert set(zombie.pids) == {tree.main_pid, *workers}
+    assert zombie.read_bytes is not None and zombie.read_bytes >= 2 * DATA_BYTES
+    assert zombie.rss_bytes > 0
+
+
+@pytest.mark.integration
+def test_reaped_worker_folds_into_its_parent_and_a_reparented_one_just_ends(make_tree, tmp_path):
+    pidfile = tmp_path / "engine.pid"
+    tree = make_tree(pidfile=str(pidfile))
+    source = ProcessSource(target(pidfile=str(pidfile)))
+    worker = tree.spawn()
+    middle, grandchild = (int(w) for w in tree.ask("nest").split()[1:])
+    full = sample(source)
+
+    tree.ask(f"kill {worker}")  # the main process reaps it: its bytes fold into the main's
+    reaped = sample(source)
+    tree.ask(f"kill {middle}")  # the grandchild is reparented outside the tree, still counted
+    orphaned = sample(source)
+    os.kill(grandchild, signal.SIGKILL)  # reaped by the reaper: its bytes leave the tree
+    wait_for(lambda: proc_state(grandchild) == "")
+    ended = sample(source)
+
+    assert {worker, middle, grandchild} <= set(full.pids)
+    assert worker not in reaped.pids
+    assert _bytes(reaped) >= _bytes(full)
+    assert reaped.cpu_seconds >= full.cpu_seconds - 1e-6
+    assert grandchild in orphaned.pids and middle not in orphaned.pids
+    assert _bytes(orphaned) >= _bytes(reaped) - 1
+    assert ended.pids == (tree.main_pid,)
+    assert _bytes(ended) <= _bytes(orphaned) - DATA_BYTES  # a drop: the lifecycle sees a reset
+
+
+def _bytes(s: ProcessSample) -> int:
+    assert s.read_bytes is not None
+    return s.read_bytes
+
+
+@pytest.mark.integration
+def test_processes_vanishing_mid_sample_never_escape(make_tree, tmp_path):
+    pidfile = tmp_path / "engine.pid"
+    tree = make_tree(pidfile=str(pidfile))
+    tree.spawn(read=False)
+    source = ProcessSource(target(pidfile=str(pidfile)), rescan_every=1)
+    tree.ask("churn")  # a thread forks short-lived children as fast as it can
+    try:
+        samples = [source.sample() for _ in range(200)]
+    finally:
+        tree.ask("unchurn")
+
+    assert all(s is not None and s.pid == tree.main_pid for s in samples)
+    assert max(len(s.pids) for s in samples if s) > 2  # the short-lived ones were seen
+
+
+def _spawn_at_pid(pid: int, data_file: Path) -> subprocess.Popen[str]:
+    """Start a stranger process that gets exactly ``pid``, through ns_last_pid (root)."""
+    argv = [
+        sys.executable,
+        "-c",
+        TREE_PROGRAM,
+        "main",
+        "stranger",
+        json.dumps({"file": str(data_file)}),
+    ]
+    for _ in range(50):
+        Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        if proc.pid == pid:
+            return proc
+        _stop(proc)  # another process on the host took the pid first
+    pytest.fail(f"could not obtain pid {pid}")
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            stream.close()
+
+
+@pytest.fixture
+def strangers() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        _stop(proc)
+
+
+@pytest.mark.integration
+def test_reused_main_pid_is_a_new_instance_without_the_old_tree(
+    make_tree, tmp_path, data_file, strangers
+):
+    pidfile = tmp_path / "engine.pid"
+    tree = make_tree(pidfile=str(pidfile))
+    survivor = tree.spawn()  # outlives its main process
+    source = ProcessSource(target(pidfile=str(pidfile)))
+    old = sample(source)
+
+    os.kill(tree.main_pid, signal.SIGKILL)
+    wait_for(lambda: proc_state(tree.main_pid) == "")
+    strangers.append(_spawn_at_pid(tree.main_pid, data_file))  # the stale pidfile names it
+    new = sample(source)
+
+    assert new.pid == old.pid and new.create_time != old.create_time
+    assert new.pids == (tree.main_pid,) and survivor not in new.pids
+    assert proc_state(survivor) not in ("", "Z")
+
+
+@pytest.mark.integration
+def test_reused_worker_pid_is_not_counted_in_the_tree(make_tree, tmp_path, data_file, strangers):
+    pidfile = tmp_path / "engine.pid"
+    tree = make_tree(pidfile=str(pidfile))
+    worker = tree.spawn()
+    source = ProcessSource(target(pidfile=str(pidfile)))
+    before = sample(source)
+
+    tree.ask(f"kill {worker}")
+    stranger = _spawn_at_pid(worker, data_file)
+    strangers.append(stranger)
+    assert stranger.stdin is not None and stranger.stdout is not None
+    stranger.stdin.write("read\n")
+    stranger.stdin.flush()
+    stranger.stdout.readline()  # the stranger read DATA_BYTES from disk
+    after = sample(source)
+
+    assert worker not in after.pids
+    assert 0 <= _bytes(after) - _bytes(before) < DATA_BYTES
+
+
+# --- permissions: another user's target, hidepid (RELIABILITY 43, 48) ----------------------
+
+
+def _sampler_program() -> None:
+    """Runs in a child: build a ProcessSource as root, drop to nobody, print one sample."""
+    import codecs
+    import dataclasses
+    import json
+    import os
+    import sys
+
+    from exporter.config import Target
+    from exporter.errors import SourceError
+    from exporter.sources.process import ProcessSource
+
+    finder = json.loads(sys.stdin.read())
+    target = Target("llm", "vllm", finder.pop("base_url", "http://127.0.0.1:1"), "/health", 1.0)
+    source = ProcessSource(dataclasses.replace(target, **finder))
+    codecs.lookup("ascii")  # nobody cannot import codecs from root's interpreter later
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)  # every capability goes with uid 0, CAP_SYS_PTRACE included
+    try:
+        found = source.sample()
+        print(json.dumps({"sample": dataclasses.asdict(found) if found else None}))
+    except SourceError as exc:
+        print(json.dumps({"error": exc.reason}))
+
+
+SAMPLER = inspect.getsource(_sampler_program) + "\n_sampler_program()\n"
+HIDEPID = 'mount -t proc -o hidepid=invisible proc /proc && exec "$0" "$@"'
+
+
+def _sample_as_nobody(finder: dict[str, str], *, hidepid: bool = False) -> dict[str, object]:
+    """Sample from a child that runs as nobody (so without CAP_SYS_PTRACE).
+
+    Root here can read every /proc/PID/io, so a real EACCES needs another user: the sampler
+    drops to nobody while the fake engine runs as daemon. With ``hidepid`` the child also
+    mounts its own /proc with hidepid=invisible (what systemd's ProtectProc=invisible does).
+    """
+    argv = [sys.executable, "-c", SAMPLER]
+    if hidepid:
+        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", HIDEPID, *argv]
+    done = subprocess.run(
+        argv,
+        input=json.dumps(finder),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory nobody can read (pytest's tmp_path is private to root)."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as name:
+        os.chmod(name, 0o755)
+        yield Path(name)
+
+
+@pytest.mark.integration
+def test_other_users_target_reports_rss_and_cpu_but_read_bytes_permission_denied(make_tree):
+    tree: Tree = make_tree(uid=DAEMON)
+    worker = tree.spawn()
+
+    result = _sample_as_nobody({"cmdline": tree.regex})
+
+    found = result["sample"]
+    assert isinstance(found, dict), result
+    assert found["pid"] == tree.main_pid and worker in found["pids"]
+    assert found["read_bytes"] is None  # unknown, never a fake 0
+    assert found["read_bytes_error"] == "permission_denied"
+    assert found["rss_bytes"] > 0 and found["cpu_seconds"] > 0
+
+
+@pytest.mark.integration
+def test_other_users_listener_without_ptrace_is_permission_denied(make_tree):
+    tree: Tree = make_tree(uid=DAEMON)
+    port = int(tree.ask("listen").split()[1])
+
+    result = _sample_as_nobody({"base_url": f"http://127.0.0.1:{port}"})
+
+    assert result == {"error": "permission_denied"}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("how", ["cmdline", "pidfile"])
+def test_proc_mounted_hidepid_invisible_reports_not_visible(how, make_tree, shared_dir):
+    pidfile = shared_dir / "engine.pid"
+    tree: Tree = make_tree(uid=DAEMON, pidfile=str(pidfile))
+    finder = {"cmdline": tree.regex} if how == "cmdline" else {"pidfile": str(pidfile)}
+
+    visible = _sample_as_nobody(finder)
+    hidden = _sample_as_nobody(finder, hidepid=True)
+
+    assert isinstance(visible["sample"], dict)
+    assert hidden == {"error": "not_visible"}
+
+
+@pytest.mark.integration
+def test_sampling_cost_stays_small_for_a_known_tree(make_tree, tmp_path):
+    pidfile = tmp_path / "engine.pid"
+    tree = make_tree(pidfile=str(pidfile))
+    for _ in range(4):
+        tree.spawn(read=False)
+    source = ProcessSource(target(pidfile=str(pidfile)))
+    sample(source)
+    started = time.perf_counter()
+    for _ in range(20):
+        sample(source)
+    per_tick = (time.perf_counter() - started) / 20
+    assert per_tick < 0.25  # generous: a tick is 1 s and other sources share it
