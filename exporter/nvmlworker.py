@@ -1,8 +1,7 @@
-"""The supervised child that owns NVML for ``exporter.sources.gpu``; one JSON line per request.
+"""The supervised child that owns NVML for ``exporter.sources.gpu``: one JSON line per request.
 
-It imports ``pynvml`` (the only module besides sources/gpu.py allowed to) so that a call that
-crashes or hangs in the driver takes down this process, never the daemon. No policy here: the
-parent classifies errors, checks records, logs and restarts.
+The only module that imports ``pynvml`` (sources/gpu.py never does): a crashing or hung call
+takes down only this process. No policy: the parent classifies, checks, logs and restarts.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import sys
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -227,6 +227,8 @@ def _send(stream: BinaryIO, message: dict[str, Any]) -> None:
 
 def main() -> int:
     """Say hello (NVML init result), then answer each request until stdin closes."""
+    # The parent ends us by closing stdin; a terminal's Ctrl-C is its business, not ours.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     replies = _protocol_stream()
     hello, sampler = _hello("--describe" in sys.argv)
     _send(replies, hello)

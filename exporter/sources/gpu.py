@@ -1,8 +1,7 @@
-"""GPU source: NVML sampled in a supervised child process, with a deadline, backoff and restarts.
+"""GPU source: NVML sampled in a supervised child (exporter.nvmlworker) with deadline and backoff.
 
-Never calls NVML in this process: a segfault or a call stuck in the driver (RELIABILITY.md
-findings 8-9) must not take the daemon with it. The child is ``exporter.nvmlworker``.
-Also the pure attribution of GPU memory to targets (no I/O: visibility is passed in).
+Never calls NVML in-process: a segfault or a call stuck in the driver must not take the daemon
+down. Also the pure attribution of GPU memory to targets (no I/O: visibility is passed in).
 """
 
 from __future__ import annotations
@@ -196,8 +195,8 @@ def _read_pid_max(path: str = "/proc/sys/kernel/pid_max") -> int:
         return _PID_MAX_LIMIT
 
 
-def _child_env(library_dir: str | None) -> dict[str, str]:
-    env = dict(os.environ)
+def _child_env(library_dir: str | None, extra: Mapping[str, str]) -> dict[str, str]:
+    env = {**os.environ, **extra}
     package_root = str(Path(__file__).resolve().parents[2])
     for name, first in (("LD_LIBRARY_PATH", library_dir), ("PYTHONPATH", package_root)):
         if first is not None:
@@ -256,6 +255,7 @@ class GpuSource:
         backoff_initial: float = 1.0,
         backoff_max: float = 60.0,
         pcie: bool = True,
+        child_env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Prepare the source; the child starts on the first ``sample()`` or ``prefetch()``.
@@ -268,6 +268,7 @@ class GpuSource:
             backoff_initial: first wait before restarting a failed child; doubles per failure.
             backoff_max: ceiling of that wait.
             pcie: also read PCIe RX throughput (real drivers spend ~20 ms per GPU on it).
+            child_env: extra environment for the child, e.g. ``SIMULATED_NVML_STATE``.
             clock: monotonic seconds; tests may pass their own.
         """
         self.rejected_process_records = 0
@@ -279,12 +280,12 @@ class GpuSource:
         self._backoff_max = backoff_max
         self._pcie = pcie
         self._clock = clock
-        self._env = _child_env(library_dir)
+        self._env = _child_env(library_dir, child_env or {})
         self._pid_max = _read_pid_max()
         self._worker: _Worker | None = None
         self._dying: list[_Worker] = []
         self._ready = self._described = False
-        self._sent_at: float | None = None
+        self._in_flight = False
         self._retry_at = 0.0
         self._failure: NvmlReason | None = None
         self._warned: set[str] = set()
@@ -298,18 +299,19 @@ class GpuSource:
         """
         deadline = self._clock() + self._call_timeout
         self._reap_dying()
+        was_ready = self._ready
         worker = self._ready_worker(deadline)
         try:
-            sent_at = self._request(worker)
+            self._request(worker)
             line = worker.read_line(deadline, self._clock)
         except _WorkerGone:
             self._fail(NvmlReason.CRASHED, f"NVML child died while sampling {worker.exit_detail()}")
         if line is None:
-            if self._clock() - sent_at < self._call_timeout:
+            if not was_ready:
                 # Asked only after this call waited for the child's init: give it a full turn.
                 raise SourceError(NvmlReason.STARTING, "first answer of a new NVML child pending")
             self._fail(NvmlReason.TIMEOUT, f"no answer within {self._call_timeout:g}s")
-        self._sent_at = None
+        self._in_flight = False
         return self._accept(self._decode(line))
 
     def prefetch(self) -> None:
@@ -323,12 +325,11 @@ class GpuSource:
             except _WorkerGone:
                 return  # sample() finds the dead child and reports it
 
-    def _request(self, worker: _Worker) -> float:
-        """Send a request unless one is in flight; when the one in flight was sent."""
-        if self._sent_at is None:
+    def _request(self, worker: _Worker) -> None:
+        """Send a request unless one is already in flight."""
+        if not self._in_flight:
             worker.send(_REQUEST)
-            self._sent_at = self._clock()
-        return self._sent_at
+            self._in_flight = True
 
     def close(self) -> None:
         """Stop the child (EOF, then SIGKILL) and reap every child this source started."""
@@ -496,7 +497,7 @@ class GpuSource:
             self._dying.append(self._worker)
             self._worker = None
         self._ready = False
-        self._sent_at = None
+        self._in_flight = False
         self._retry_at = self._clock() + self._backoff
         if reason != self._failure:
             log.warning(

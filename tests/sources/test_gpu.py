@@ -455,3 +455,21 @@ def test_simulated_library_build_is_cached_by_source_hash(tmp_path):
     assert again == first and again.stat().st_mtime_ns == built_at
     with pytest.raises(ValueError, match="unknown simulated NVML variant 'nope'"):
         build_simulated_nvml(tmp_path, variant="nope")
+
+
+@pytest.mark.integration
+def test_real_gpu_check_script_passes_on_the_simulated_library():
+    # Keeps tests/gpu/check_real_gpu.sh from rotting on hosts without a GPU; the real run
+    # (a child's cudaMalloc seen through the real NVML) needs an NVIDIA host.
+    script = Path(__file__).resolve().parents[1] / "gpu" / "check_real_gpu.sh"
+
+    result = subprocess.run(
+        [str(script), "--simulate", "--gpus", "2", "--samples", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1].startswith("PASS: 1024 MiB allocated by pid ")

@@ -1,0 +1,188 @@
+"""Real-GPU check: a child allocates GPU memory; the GPU source must attribute it to that child.
+
+Run through tests/gpu/check_real_gpu.sh on a host with an NVIDIA driver. Exit 0 on PASS, 1 on
+FAIL, each with one clear last line. ``--simulate`` runs the same path on the simulated NVML
+(the child then "allocates" by writing its pid into the simulated state) to check the plumbing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from exporter.errors import SourceError
+from exporter.model import GpuReading
+from exporter.simnvml import STATE_ENV, build_simulated_nvml, write_state
+from exporter.sources.gpu import GpuSource, attribute_gpu_memory, visible_gpu_pids
+
+# The child tries torch, then the CUDA runtime, then the driver API (libcuda ships with the
+# driver, so the last one works on any host where NVML does).
+ALLOCATE = r"""
+import ctypes, os, sys
+size = int(sys.argv[1])
+def with_torch():
+    import torch
+    return torch.empty(size, dtype=torch.uint8, device="cuda:0"), "torch"
+def with_cudart():
+    for name in ("libcudart.so", "libcudart.so.12", "libcudart.so.11.0"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        ptr = ctypes.c_void_p()
+        if lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(size)) == 0:
+            return ptr, name
+    raise OSError("no usable libcudart")
+def with_driver_api():
+    lib = ctypes.CDLL("libcuda.so.1")
+    device, context, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    for call in (lambda: lib.cuInit(0), lambda: lib.cuDeviceGet(ctypes.byref(device), 0),
+                 lambda: lib.cuCtxCreate_v2(ctypes.byref(context), 0, device),
+                 lambda: lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size))):
+        if call() != 0:
+            raise OSError("CUDA driver API call failed")
+    return ptr, "libcuda.so.1"
+errors = []
+for allocate in (with_torch, with_cudart, with_driver_api):
+    try:
+        keep, how = allocate()
+        break
+    except Exception as exc:
+        errors.append(f"{allocate.__name__}: {exc}")
+else:
+    print("error " + "; ".join(errors), flush=True)
+    sys.exit(1)
+print(f"ready {how}", flush=True)
+sys.stdin.read()
+"""
+
+SIMULATED_ALLOCATE = r"""
+import os, sys
+size, state, gpus = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+with open(state + ".tmp", "w") as f:
+    for i in range(gpus):
+        f.write(f"gpu {i} GPU-sim-{i} NVIDIA-Simulated {80 << 30} {size + (600 << 20)} 30 10\n")
+        f.write(f"proc {i} {os.getpid() if i == 0 else 1} {size + (500 << 20)}\n")
+os.replace(state + ".tmp", state)
+print("ready simulated", flush=True)
+sys.stdin.read()
+"""
+
+
+def first_reading(source: GpuSource, within: float) -> GpuReading:
+    """Sample until NVML answers, or raise the last SourceError."""
+    stop = time.monotonic() + within
+    while True:
+        try:
+            return source.sample()
+        except SourceError:
+            if time.monotonic() > stop:
+                raise
+            time.sleep(0.1)
+
+
+def start_allocator(size: int, state: Path | None, gpus: int) -> subprocess.Popen[str]:
+    """Start the allocating child and wait until it holds the memory."""
+    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES="0")
+    argv = [sys.executable, "-c", ALLOCATE, str(size)]
+    if state is not None:
+        argv = [sys.executable, "-c", SIMULATED_ALLOCATE, str(size), str(state), str(gpus)]
+    child = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert child.stdout is not None
+    line = child.stdout.readline().strip()
+    if not line.startswith("ready"):
+        child.kill()
+        child.wait()
+        raise RuntimeError(f"the child could not allocate GPU memory ({line or 'no output'})")
+    print(f"child pid={child.pid} allocated {size >> 20} MiB via {line.split(' ', 1)[1]}")
+    return child
+
+
+def verify(source: GpuSource, child_pid: int, size: int) -> tuple[bool, str]:
+    """Sample NVML until the child's memory shows up attributed to it (NVML lags a little)."""
+    stop = time.monotonic() + 20
+    while True:
+        reading = first_reading(source, 30)
+        attribution = attribute_gpu_memory(
+            reading, {"check": [child_pid]}, visible_pids=visible_gpu_pids(reading)
+        )
+        held = sum(attribution.per_target["check"].values())
+        if held >= size:
+            where = ", ".join(
+                f"gpu {i}: {b >> 20} MiB" for i, b in attribution.per_target["check"].items()
+            )
+            return (
+                True,
+                f"PASS: {size >> 20} MiB allocated by pid {child_pid} attributed to it ({where})",
+            )
+        if time.monotonic() > stop:
+            hint = ""
+            if attribution.unattributed_pids:
+                hint = " (NVML lists pids outside our pid namespace: run in the host pid namespace)"
+            return (
+                False,
+                f"FAIL: pid {child_pid} holds {held} bytes by NVML, expected >= {size}{hint}",
+            )
+        time.sleep(0.5)
+
+
+def report_timing(source: GpuSource, samples: int) -> None:
+    """Print how long one sample of this host's GPUs takes through the child."""
+    durations = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        source.sample()
+        durations.append(time.perf_counter() - started)
+    gpus = len(source.last_reading.gpus) if source.last_reading else 0
+    median = statistics.median(durations) * 1000
+    print(f"sample of {gpus} GPUs: median={median:.3f} ms over {samples} samples")
+
+
+def main() -> int:
+    """Run the check; the last printed line says PASS or FAIL."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--bytes", type=int, default=1 << 30, help="GPU memory to allocate")
+    parser.add_argument("--simulate", action="store_true", help="use the simulated NVML")
+    parser.add_argument("--gpus", type=int, default=1, help="simulated GPUs (with --simulate)")
+    parser.add_argument("--samples", type=int, default=200, help="samples to time")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        state = library_dir = None
+        if args.simulate:
+            state = Path(work) / "state"
+            write_state(state, [])
+            os.environ[STATE_ENV] = str(state)
+            library_dir = str(build_simulated_nvml(Path(work) / "lib").parent)
+        try:
+            child = start_allocator(args.bytes, state, args.gpus)
+        except RuntimeError as exc:
+            print(f"FAIL: {exc}")
+            return 1
+        try:
+            with GpuSource(library_dir=library_dir, call_timeout=5.0) as source:
+                ok, verdict = verify(source, child.pid, args.bytes)
+                for gpu in source.last_reading.gpus if source.last_reading else ():
+                    print(
+                        f"gpu {gpu.index} {gpu.name} used={gpu.memory_used_bytes} "
+                        f"total={gpu.memory_total_bytes} util={gpu.utilization_ratio} "
+                        f"pcie_rx={gpu.pcie_rx_bytes_per_second}"
+                    )
+                report_timing(source, args.samples)
+        except SourceError as exc:
+            ok, verdict = False, f"FAIL: NVML source down reason={exc.reason} ({exc.detail})"
+        finally:
+            child.communicate(input="", timeout=30)
+    print(verdict)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
