@@ -75,8 +75,8 @@ sys.stdin.read()
 """
 
 
-def first_reading(source: GpuSource, within: float) -> GpuReading:
-    """Sample until NVML answers, or raise the last SourceError."""
+def first_reading(source: GpuSource, *, within: float = 20.0) -> GpuReading:
+    """Sample until NVML answers: a new child needs a moment, a failed one waits its backoff."""
     stop = time.monotonic() + within
     while True:
         try:
@@ -84,7 +84,7 @@ def first_reading(source: GpuSource, within: float) -> GpuReading:
         except SourceError:
             if time.monotonic() > stop:
                 raise
-            time.sleep(0.1)
+            time.sleep(0.02)
 
 
 def start_allocator(size: int, state: Path | None, gpus: int) -> subprocess.Popen[str]:
@@ -110,7 +110,7 @@ def verify(source: GpuSource, child_pid: int, size: int) -> tuple[bool, str]:
     """Sample NVML until the child's memory shows up attributed to it (NVML lags a little)."""
     stop = time.monotonic() + 20
     while True:
-        reading = first_reading(source, 30)
+        reading = first_reading(source, within=30)
         attribution = attribute_gpu_memory(
             reading, {"check": [child_pid]}, visible_pids=visible_gpu_pids(reading)
         )

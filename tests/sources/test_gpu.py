@@ -22,6 +22,7 @@ from exporter.errors import SourceError
 from exporter.model import GpuProcess, GpuReading, GpuSample
 from exporter.simnvml import STATE_ENV, build_simulated_nvml, write_state
 from exporter.sources.gpu import GpuSource, attribute_gpu_memory, visible_gpu_pids
+from tests.gpu.check_real_gpu import first_reading as eventually
 
 GIB = 1 << 30
 TOTAL = 80 * GIB
@@ -63,18 +64,6 @@ def make_source(nvml_libs: dict[str, str]) -> Iterator[Callable[..., GpuSource]]
 
 def gpu_line(index: int, used: int = GIB, util: int = 30, mem_util: int = 10) -> str:
     return f"gpu {index} GPU-{index:08d}-sim NVIDIA-H100-80GB-HBM3 {TOTAL} {used} {util} {mem_util}"
-
-
-def eventually(source: GpuSource, *, within: float = 20.0) -> GpuReading:
-    """Sample until NVML answers: a new child needs a moment, a failed one waits its backoff."""
-    stop = time.monotonic() + within
-    while True:
-        try:
-            return source.sample()
-        except SourceError:
-            if time.monotonic() > stop:
-                raise
-            time.sleep(0.02)
 
 
 def failure(source: GpuSource, *, within: float = 20.0) -> SourceError:
