@@ -111,6 +111,17 @@ def test_no_state_file_is_a_host_with_zero_gpus(make_source, state):
 
 
 @pytest.mark.integration
+def test_child_env_points_the_child_at_a_state_file(make_source, tmp_path, monkeypatch):
+    # The demo hands the simulator's state file to the child without touching our environment.
+    monkeypatch.delenv(STATE_ENV, raising=False)
+    write_state(tmp_path / "demo-gpus", [gpu_line(0), gpu_line(1)])
+
+    reading = eventually(make_source(child_env={STATE_ENV: str(tmp_path / "demo-gpus")}))
+
+    assert [gpu.index for gpu in reading.gpus] == [0, 1]
+
+
+@pytest.mark.integration
 def test_eight_gpus_report_every_field(make_source, state):
     write_state(
         state,
