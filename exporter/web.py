@@ -200,13 +200,13 @@ class WebServer:
     def _serve(self) -> None:
         assert self._server is not None and self._sock is not None
         loop = _EventLoop(self._timeouts.tls_handshake_seconds)
+        asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._server.serve(sockets=[self._sock]))
         except Exception:  # the thread's last line of defence: make a dead server visible
             log.exception("web server stopped unexpectedly")
         finally:
-            loop.run_until_complete(loop.shutdown_default_executor())
-            loop.close()
+            _close_loop(loop)
 
     def _wait_started(self) -> None:
         assert self._server is not None and self._thread is not None
@@ -234,6 +234,20 @@ class _EventLoop(asyncio.SelectorEventLoop):
         if kwargs.get("ssl") is not None:
             kwargs.setdefault("ssl_handshake_timeout", self._handshake_seconds)
         return await super().create_server(*args, **kwargs)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    # uvicorn closes the connections it knows; a TLS handshake still in progress is an
+    # asyncio accept task it never saw. Cancelling it closes its transport.
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    for _ in range(3):  # transports finish closing on the next iterations
+        loop.run_until_complete(asyncio.sleep(0))
+    loop.run_until_complete(loop.shutdown_default_executor())
+    asyncio.set_event_loop(None)
+    loop.close()
 
 
 @dataclass(frozen=True, slots=True)
