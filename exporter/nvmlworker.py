@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, Final
 REQUEST: Final = b"sample\n"
 
 # NVML return codes used here (nvml.h); the binding's NVMLError carries them as ``.value``.
-_NOT_SUPPORTED: Final = 3
+_NO_PERMISSION: Final = 4
 _FUNCTION_NOT_FOUND: Final = 13
 _GPU_IS_LOST: Final = 15
 _RESET_REQUIRED: Final = 16
@@ -61,6 +61,7 @@ class Sampler:
     pcie: bool = True
     memory_v2: bool = True
     process_api: str | None = None
+    count: int = -1
     devices: dict[int, _Device] = field(default_factory=dict)
     identities: dict[int, tuple[str, str]] = field(default_factory=dict)
 
@@ -70,7 +71,8 @@ class Sampler:
             count = int(self.nvml.nvmlDeviceGetCount())
         except self.nvml.NVMLError as exc:
             return {"code": int(exc.value)}
-        if count != len(self.identities):
+        if count != self.count:  # GPUs came or went: indices may now name other devices
+            self.count = count
             self.devices.clear()
             self.identities.clear()
         gpus: list[dict[str, Any]] = []
@@ -91,10 +93,18 @@ class Sampler:
                 )
             procs.extend([index, pid, used] for pid, used in self._processes(device.handle))
         except _DeviceDown as down:
-            self.devices.pop(index, None)
-            uuid, name = self.identities.get(index, ("", ""))
-            return {"index": index, "uuid": uuid, "name": name, "up": False, "error": down.error}
+            return self._down(index, down.error)
+        except self.nvml.NVMLError as exc:
+            # Handle or identity refused (e.g. NO_PERMISSION for a GPU outside our cgroup).
+            return self._down(
+                index, "no_permission" if exc.value == _NO_PERMISSION else "nvml_error"
+            )
         return gpu
+
+    def _down(self, index: int, error: str) -> dict[str, Any]:
+        self.devices.pop(index, None)
+        uuid, name = self.identities.get(index, ("", ""))
+        return {"index": index, "uuid": uuid, "name": name, "up": False, "error": error}
 
     def _device(self, index: int) -> _Device:
         device = self.devices.get(index)

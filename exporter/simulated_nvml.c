@@ -18,6 +18,7 @@
  *   init_error <nvml_return>        nvmlInit fails, e.g. 18 = LIB_RM_VERSION_MISMATCH
  *   lost <index>                    every query on that GPU returns 15 = GPU_IS_LOST
  *   not_supported <function> [idx]  that function returns 3 = NOT_SUPPORTED (on one GPU or all)
+ *   error <function> <code> [idx]   that function returns <code>, e.g. 4 = NO_PERMISSION
  *   hang <function> <seconds>       that function sleeps first (a call stuck in the driver)
  *   crash <function>                that function raises SIGSEGV (seen in the field: nvitop#139)
  *   stride32                        process records use the 32-byte v3 layout of R535 drivers,
@@ -101,14 +102,15 @@ struct fault {
     char fn[FN_LEN];
     int index; /* -1: every GPU */
     double seconds;
+    nvmlReturn_t code;
 };
 
 struct state {
     int gpu_count, proc_count, init_error, stride32;
-    int not_supported_count, hang_count, crash_count;
+    int error_count, hang_count, crash_count;
     struct gpu gpus[MAX_GPUS];
     struct proc procs[MAX_PROCS];
-    struct fault not_supported[MAX_FAULTS], hang[MAX_FAULTS], crash[MAX_FAULTS];
+    struct fault error[MAX_FAULTS], hang[MAX_FAULTS], crash[MAX_FAULTS];
 };
 
 static struct state st;
@@ -117,11 +119,13 @@ static int initialized;
 
 static int valid_index(long index) { return index >= 0 && index < MAX_GPUS; }
 
-static void add_fault(struct fault *list, int *count, const char *fn, int index, double seconds) {
+static void add_fault(struct fault *list, int *count, const char *fn, int index, double seconds,
+                      nvmlReturn_t code) {
     if (*count >= MAX_FAULTS) return;
     snprintf(list[*count].fn, FN_LEN, "%s", fn);
     list[*count].index = index;
     list[*count].seconds = seconds;
+    list[*count].code = code;
     (*count)++;
 }
 
@@ -143,6 +147,7 @@ static void parse_gpu(const char *line) {
 static void parse_line(const char *line) {
     char fn[FN_LEN];
     long index = -1;
+    int code;
     unsigned long long value;
     double seconds;
     struct proc p;
@@ -159,11 +164,13 @@ static void parse_line(const char *line) {
     } else if (sscanf(line, "lost %ld", &index) == 1 && valid_index(index)) {
         st.gpus[index].lost = 1;
     } else if (sscanf(line, "not_supported %63s %ld", fn, &index) >= 1) {
-        add_fault(st.not_supported, &st.not_supported_count, fn, (int)index, 0);
+        add_fault(st.error, &st.error_count, fn, (int)index, 0, NVML_ERROR_NOT_SUPPORTED);
+    } else if (sscanf(line, "error %63s %d %ld", fn, &code, &index) >= 2) {
+        add_fault(st.error, &st.error_count, fn, (int)index, 0, code);
     } else if (sscanf(line, "hang %63s %lf", fn, &seconds) == 2) {
-        add_fault(st.hang, &st.hang_count, fn, -1, seconds);
+        add_fault(st.hang, &st.hang_count, fn, -1, seconds, 0);
     } else if (sscanf(line, "crash %63s", fn) == 1) {
-        add_fault(st.crash, &st.crash_count, fn, -1, 0);
+        add_fault(st.crash, &st.crash_count, fn, -1, 0, 0);
     } else if (strncmp(line, "stride32", 8) == 0) {
         st.stride32 = 1;
     }
@@ -199,15 +206,14 @@ static void sleep_seconds(double seconds) {
 
 /* Common entry of every call: load the state, then apply the faults the test asked for. */
 static nvmlReturn_t enter(const char *fn, int index) {
-    const struct fault *hang;
+    const struct fault *hang, *error;
     load_state();
     if (find_fault(st.crash, st.crash_count, fn, index) != NULL) raise(SIGSEGV);
     hang = find_fault(st.hang, st.hang_count, fn, index);
     if (hang != NULL) sleep_seconds(hang->seconds);
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
-    if (find_fault(st.not_supported, st.not_supported_count, fn, index) != NULL)
-        return NVML_ERROR_NOT_SUPPORTED;
-    return NVML_SUCCESS;
+    error = find_fault(st.error, st.error_count, fn, index);
+    return error != NULL ? error->code : NVML_SUCCESS;
 }
 
 /* Entry of a per-device call: also checks the handle and the out pointer, applies "lost". */

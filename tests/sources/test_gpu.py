@@ -189,6 +189,24 @@ def test_a_gpu_lost_mid_run_is_down_while_the_others_keep_updating(make_source, 
 
 
 @pytest.mark.integration
+def test_a_gpu_whose_handle_is_refused_is_down_with_a_reason(make_source, state):
+    # Seen when a container's cgroup hides some GPUs that NVML still counts.
+    write_state(
+        state,
+        [gpu_line(0), gpu_line(1), gpu_line(2), "error nvmlDeviceGetHandleByIndex_v2 4 1"]
+        + ["error nvmlDeviceGetUUID 999 2"],
+    )
+
+    reading = eventually(make_source())
+
+    assert [(gpu.up, gpu.error) for gpu in reading.gpus] == [
+        (True, None),
+        (False, "no_permission"),
+        (False, "nvml_error"),
+    ]
+
+
+@pytest.mark.integration
 def test_missing_library_reports_library_not_found_without_a_crash_loop(
     make_source, state, tmp_path, caplog
 ):
