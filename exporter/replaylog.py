@@ -1,0 +1,245 @@
+"""The ``replay-log`` subcommand: run a saved engine log through the classifier and lifecycle.
+
+Reads one file and prints; it owns no lifecycle logic (``exporter.lifecycle.step`` decides)
+and never watches anything live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Final
+
+from exporter.engines import ENGINES
+from exporter.lifecycle import Thresholds, initial_state, step
+from exporter.logparse import LogClassifier, clean
+from exporter.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
+
+#: Lines looked at to recognise the engine.
+DETECT_LINES: Final = 5000
+#: Progress keys that stand for the main model's weights, most telling first.
+_WEIGHT_KEYS: Final = ("shards", "weights")
+_TARGET: Final = "replay"
+
+EPILOG: Final = """The file is read as bytes and split on newlines only, so progress bars redrawn
+with carriage returns count as updates of one line. Leading lines starting with "# " are
+comments. Timestamps come from the lines (local time when they carry no zone); a line without
+one takes the time of the line before it. Readiness comes from the engine's ready line, as no
+probe runs. "at" in --json output is Unix seconds, or null for a line without a timestamp.
+
+outcome: ready (the ready line was reached, even if the server stopped later), failed (a fatal
+line ended the start; reason oom, nccl, crash, ...) or incomplete (neither: a hang, an
+external kill, an excerpt).
+
+exit codes:
+  0  the file was replayed (whatever its outcome)
+  2  usage error, or the file cannot be read
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseChange:
+    """The lifecycle entered ``phase`` at line ``line`` (timestamp ``at`` if it had one)."""
+
+    phase: Phase
+    line: int
+    at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """What replaying one log concluded."""
+
+    engine: str
+    detected: bool
+    outcome: str
+    reason: FailureReason | None
+    phases: tuple[PhaseChange, ...]
+    progress: tuple[str, int, int] | None
+    classes: dict[LogClass, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    number: int
+    events: tuple[LogEvent, ...]
+    at: float | None
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Add ``replay-log``'s arguments."""
+    parser.add_argument(
+        "--engine",
+        default="auto",
+        choices=[*ENGINES, "auto"],
+        help="engine whose log profile applies; auto recognises it from the lines (default)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("file", help="log file to replay")
+    parser.epilog = EPILOG
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay ``args.file`` and print the timeline, outcome and reason."""
+    try:
+        lines = read_lines(Path(args.file))
+    except OSError as exc:
+        print(f"{args.file}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    result = replay(lines, None if args.engine == "auto" else args.engine)
+    if args.json:
+        print(json.dumps(to_json(result)))
+    else:
+        print(render_text(result))
+    return 0
+
+
+def read_lines(path: Path) -> list[tuple[int, str]]:
+    r"""Numbered lines of a file split on ``\n`` only, leading ``# `` comments left out."""
+    raw = path.read_bytes().split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()
+    lines = [(n, b.decode("utf-8", errors="replace")) for n, b in enumerate(raw, 1)]
+    while lines and lines[0][1].startswith("# "):
+        lines.pop(0)
+    return lines
+
+
+def detect_engine(lines: Iterable[str]) -> str | None:
+    """The engine whose tell-tale lines are most frequent, or None when none match."""
+    scores: Counter[str] = Counter()
+    for i, line in enumerate(lines):
+        if i >= DETECT_LINES:
+            break
+        text = clean(line)
+        for name, engine in ENGINES.items():
+            if any(p.search(text) for p in engine.log.detect):
+                scores[name] += 1
+    return scores.most_common(1)[0][0] if scores else None
+
+
+def replay(
+    lines: Sequence[tuple[int, str]], engine: str | None, *, reference: float = 0.0
+) -> Replay:
+    r"""Run numbered lines through the classifier and ``lifecycle.step`` as if they were live.
+
+    Args:
+        lines: (line number, raw text) pairs, ``\r`` kept.
+        engine: engine name, or None to recognise it.
+        reference: the time yearless timestamps are read relative to (default: now).
+    """
+    name = engine or detect_engine(text for _, text in lines)
+    classified = _classify(lines, name or "openai", reference or datetime.now().timestamp())
+    start = next((ln.at for ln in classified if ln.at is not None), 0.0)
+    process = ProcessSample(
+        pid=1, create_time=start, pids=(1,), rss_bytes=0, cpu_seconds=0.0, read_bytes=None
+    )
+    state, now = initial_state(_TARGET), start
+    phases: list[PhaseChange] = []
+    reason: FailureReason | None = None
+    for ln in classified:
+        now = max(now, ln.at or now)
+        events = ln.events
+        obs = Observation(target=_TARGET, at=now, process=process, log_events=events)
+        before, state = state.phase, step(state, obs, now, Thresholds())
+        if state.phase is not before:
+            phases.append(PhaseChange(state.phase, ln.number, ln.at))
+            if state.phase is Phase.FAILED and reason is None:
+                reason = _fatal_reason(events) or state.failure_reason
+    return Replay(
+        engine=name or "openai",
+        detected=engine is None and name is not None,
+        outcome=_outcome(phases),
+        reason=reason if _outcome(phases) == "failed" else None,
+        phases=tuple(phases),
+        progress=_weights_progress(e for ln in classified for e in ln.events),
+        classes=_count_classes(e for ln in classified for e in ln.events),
+    )
+
+
+def _classify(lines: Sequence[tuple[int, str]], engine: str, reference: float) -> list[_Line]:
+    """Classify every line; a line without a timestamp takes the previous line's."""
+    classifier = LogClassifier(ENGINES[engine].log)
+    out: list[_Line] = []
+    last: float | None = None
+    for number, text in lines:
+        # Before the first timestamp, ``reference`` only anchors yearless stamps (vLLM).
+        events = classifier.classify(text, at=reference if last is None else last, line_no=number)
+        last = classifier.last_timestamp or last
+        if events:
+            out.append(_Line(number, tuple(events), classifier.last_timestamp))
+    first = next((ln.at for ln in out if ln.at is not None), 0.0)
+    head = next((i for i, ln in enumerate(out) if ln.at is not None), len(out))
+    for i in range(head):  # lines before the first timestamp happened at (or before) it
+        out[i] = replace(out[i], events=tuple(replace(e, at=first) for e in out[i].events))
+    return out
+
+
+def _fatal_reason(events: Iterable[LogEvent]) -> FailureReason | None:
+    return next((e.fatal_reason for e in events if e.cls is LogClass.FATAL), None)
+
+
+def _outcome(phases: Sequence[PhaseChange]) -> str:
+    seen = {p.phase for p in phases}
+    if seen & {Phase.READY, Phase.SERVING}:
+        return "ready"
+    return "failed" if Phase.FAILED in seen else "incomplete"
+
+
+def _weights_progress(events: Iterable[LogEvent]) -> tuple[str, int, int] | None:
+    """Furthest (done, total) of the main model's weights bar; ranks repeat the same bar."""
+    best: dict[str, tuple[int, int]] = {}
+    for e in events:
+        if e.progress is None or e.progress_key not in _WEIGHT_KEYS:
+            continue
+        old = best.get(e.progress_key)
+        if old is None or e.progress[1] != old[1] or e.progress[0] > old[0]:
+            best[e.progress_key] = e.progress
+    key = next((k for k in _WEIGHT_KEYS if k in best), None)
+    return (key, *best[key]) if key else None
+
+
+def _count_classes(events: Iterable[LogEvent]) -> dict[LogClass, int]:
+    counts = Counter(e.cls for e in events)
+    return {cls: counts.get(cls, 0) for cls in LogClass}
+
+
+def to_json(result: Replay) -> dict[str, object]:
+    """The ``--json`` object: outcome, reason, phases, progress and classes."""
+    progress = None
+    if result.progress is not None:
+        progress = {"done": result.progress[1], "total": result.progress[2]}
+    return {
+        "outcome": result.outcome,
+        "reason": str(result.reason) if result.reason else None,
+        "phases": [{"phase": str(p.phase), "line": p.line, "at": p.at} for p in result.phases],
+        "progress": progress,
+        "classes": {str(cls): n for cls, n in result.classes.items()},
+    }
+
+
+def _when(at: float | None) -> str:
+    return datetime.fromtimestamp(at).isoformat(sep=" ", timespec="seconds") if at else "-"
+
+
+def render_text(result: Replay) -> str:
+    """The human-readable report: engine, phase timeline, progress, outcome, line classes."""
+    how = "recognised from the lines" if result.detected else "given"
+    out = [f"engine    {result.engine} ({how})", "", "   line  time                 phase"]
+    out += [f"{p.line:7}  {_when(p.at):19}  {p.phase}" for p in result.phases]
+    if result.progress:
+        key, done, total = result.progress
+        out += ["", f"progress  {done}/{total} {key}"]
+    out += [
+        "",
+        f"outcome   {result.outcome}",
+        f"reason    {result.reason or '-'}",
+        "lines     " + ", ".join(f"{cls} {n}" for cls, n in result.classes.items()),
+    ]
+    return "\n".join(out)
