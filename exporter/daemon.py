@@ -145,6 +145,8 @@ class Daemon:
     def tick(self) -> Snapshot:
         """Sample everything once, step every target, publish and return the snapshot."""
         started = time.perf_counter()
+        if self._gpu is not None:
+            self._gpu.prefetch()  # NVML works in its child while we sample the rest
         futures = [self._pool.submit(self._sample_target, w) for w in self._watched]
         statuses: list[SourceStatus] = []
         disk = self._record(run_source("disk", self._disk.sample), statuses)

@@ -199,6 +199,7 @@ class History:
             phase_seconds=_load(row[4]),
             progress_ratio=row[5],
             observed_startup=True,
+            started_at=row[1],
             last_progress_at=row[3],
             reason="restored after exporter restart",
         )

@@ -1,0 +1,256 @@
+"""Real processes for end-to-end tests: the simulator and the exporter, on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Simulator:
+    """A running ``simulate`` process and the files it writes."""
+
+    proc: subprocess.Popen[str]
+    port: int
+    work: Path
+    log_file: Path
+    pid_file: Path
+    gpu_state: Path
+
+    def ready_at(self, timeout: float = 60.0) -> float:
+        """Block until the simulator prints its ready line; return its ready time."""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith("SIMULATOR ready_at="):
+                return float(line.split()[1].split("=")[1])
+            if not line and self.proc.poll() is not None:
+                break
+        raise AssertionError("simulator never became ready")
+
+    def main_pid(self, timeout: float = 10.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                return int(self.pid_file.read_text())
+            time.sleep(0.05)
+        raise AssertionError("simulator wrote no pid file")
+
+
+@contextlib.contextmanager
+def simulator(
+    work: Path,
+    *,
+    scenario: str = "healthy",
+    engine: str = "sglang",
+    weights_mb: int = 16,
+    read_mbps: float = 8.0,
+    start_seconds: float = 1.0,
+    init_seconds: float = 1.5,
+    gpus: int = 2,
+    extra: list[str] | None = None,
+) -> Iterator[Simulator]:
+    port = free_port()
+    sim_dir = work / f"sim-{port}"
+    (sim_dir / "weights").mkdir(parents=True)
+    sim = Simulator(
+        None,
+        port,
+        sim_dir,
+        sim_dir / "engine.log",  # type: ignore[arg-type]
+        sim_dir / "engine.pid",
+        sim_dir / "gpus.state",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "exporter",
+        "simulate",
+        "--port",
+        str(port),
+        "--engine",
+        engine,
+        "--scenario",
+        scenario,
+        "--weights-mb",
+        str(weights_mb),
+        "--read-mbps",
+        str(read_mbps),
+        "--start-seconds",
+        str(start_seconds),
+        "--init-seconds",
+        str(init_seconds),
+        "--gpus",
+        str(gpus),
+        "--gpu-state-file",
+        str(sim.gpu_state),
+        "--log-file",
+        str(sim.log_file),
+        "--pid-file",
+        str(sim.pid_file),
+        "--work-dir",
+        str(sim_dir / "weights"),
+        *(extra or []),
+    ]
+    sim.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        yield sim
+    finally:
+        stop(sim.proc)
+        if sim.proc.stdout:
+            sim.proc.stdout.close()
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def target_toml(
+    name: str,
+    sim: Simulator,
+    *,
+    engine: str = "sglang",
+    stall: str = "",
+    completion: bool = True,
+    interval: float = 0.25,
+) -> str:
+    text = f"""
+[[target]]
+name = "{name}"
+engine = "{engine}"
+base_url = "http://127.0.0.1:{sim.port}"
+probe_timeout = "{interval * 0.8:.3f}s"
+pidfile = "{sim.pid_file}"
+log_file = "{sim.log_file}"
+model_path = "{sim.work / "weights"}"
+"""
+    if completion:
+        text += f'[target.completion]\nmodel = "m"\ninterval = "{interval * 2:.3f}s"\n'
+    if stall:
+        text += f"[target.stall]\n{stall}\n"
+    return text
+
+
+@dataclass
+class Exporter:
+    """A running exporter process."""
+
+    proc: subprocess.Popen[str]
+    port: int
+    stderr_path: Path
+    transitions: list[tuple[float, str, str]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str, timeout: float = 2.0) -> bytes:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+            return r.read()
+
+    def status(self) -> dict[str, Any]:
+        return json.loads(self.get("/status"))
+
+    def target(self, name: str) -> dict[str, Any]:
+        return next(t for t in self.status()["targets"] if t["target"] == name)
+
+    def metrics(self) -> str:
+        return self.get("/metrics").decode()
+
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], name: str, timeout: float = 60.0
+    ) -> dict[str, Any]:
+        """Poll /status until predicate(target) holds; return that target's document."""
+        deadline = time.monotonic() + timeout
+        last: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            with contextlib.suppress(urllib.error.URLError, ConnectionError, StopIteration):
+                last = self.target(name)
+                if predicate(last):
+                    return last
+            time.sleep(0.05)
+        raise AssertionError(f"timed out; last status of {name}: {json.dumps(last)[:2000]}")
+
+    def log_text(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def exporter(
+    work: Path,
+    targets_toml: str,
+    *,
+    interval: float = 0.25,
+    env: dict[str, str] | None = None,
+    extra_exporter: str = "",
+    args: list[str] | None = None,
+    state: Path | None = None,
+) -> Iterator[Exporter]:
+    port = free_port()
+    state = state or work / f"state-{port}"
+    config = work / f"config-{port}.toml"
+    config.write_text(
+        f'[exporter]\ninterval = "{interval}s"\nstate_directory = "{state}"\n'
+        f"{extra_exporter}\n{targets_toml}"
+    )
+    stderr_path = work / f"exporter-{port}.log"
+    with open(stderr_path, "w") as err:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "run",
+                "--config.file",
+                str(config),
+                "--web.listen-address",
+                f"127.0.0.1:{port}",
+                *(args or []),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        )
+    exp = Exporter(proc, port, stderr_path)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                exp.get("/-/ready")  # 503 (an HTTPError) until the first tick is done
+                break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert proc.poll() is None, exp.log_text()
+            time.sleep(0.05)
+        yield exp
+    finally:
+        stop(proc)
