@@ -11,7 +11,7 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -330,23 +330,32 @@ def _parse_pid(text: str) -> int | None:
 
 
 class _CmdlineFinder:
-    """A regex over the joined command line; scans the host only while nothing is tracked."""
+    """A regex over the joined command line; scans /proc only while nothing is tracked.
+
+    Pids whose command line did not match are not read again until a full tick, so an idle
+    host costs one ``listdir(/proc)`` a tick; a process that ``exec``s into a matching
+    command line is found within ``rescan_every`` ticks.
+    """
 
     def __init__(self, pattern: str) -> None:
         self._source = pattern
         self._pattern: re.Pattern[str] | None = None
+        self._unmatched: set[int] = set()
 
     def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
         """The oldest matching process whose parent does not match."""
         if tracked is not None and _alive(tracked):
             return tracked
         pattern = self._compiled()
-        me = os.getpid()
+        pids = set(_all_pids())
+        self._unmatched = set() if full else self._unmatched & pids
         matches = []
-        for proc in psutil.process_iter(["cmdline"]):
-            words = proc.info["cmdline"]
-            if proc.pid != me and words and pattern.search(" ".join(words)):
+        for pid in pids - self._unmatched - {os.getpid()}:
+            proc = _process(pid)
+            if proc is not None and _cmdline_matches(proc, pattern):
                 matches.append(proc)
+            else:
+                self._unmatched.add(pid)
         if not matches and _proc_hides_pids():
             raise SourceError(ProcessError.NOT_VISIBLE, "/proc hides other users' processes")
         return _oldest_root(matches)
@@ -362,6 +371,14 @@ class _CmdlineFinder:
             except re.error as exc:
                 raise SourceError(ProcessError.INVALID_FINDER, "cmdline regex invalid") from exc
         return self._pattern
+
+
+def _cmdline_matches(proc: psutil.Process, pattern: re.Pattern[str]) -> bool:
+    try:
+        words = proc.cmdline()
+    except psutil.Error:
+        return False  # ended, a zombie, or refused
+    return bool(words) and pattern.search(" ".join(words)) is not None
 
 
 class _PortFinder:
@@ -424,7 +441,7 @@ def _socket_owners(inodes: frozenset[int]) -> tuple[list[psutil.Process], bool]:
     links = {f"socket:[{inode}]" for inode in inodes}
     owners: list[psutil.Process] = []
     denied = False
-    for pid in (int(name) for name in os.listdir(_PROC) if name.isdigit()):
+    for pid in _all_pids():
         try:
             holds = _holds_socket(pid, links)
         except PermissionError:
@@ -433,6 +450,10 @@ def _socket_owners(inodes: frozenset[int]) -> tuple[list[psutil.Process], bool]:
         if holds and (proc := _process(pid)) is not None:
             owners.append(proc)
     return owners, denied
+
+
+def _all_pids() -> Iterator[int]:
+    return (int(name) for name in os.listdir(_PROC) if name.isdigit())
 
 
 def _holds_socket(pid: int, links: set[str]) -> bool:

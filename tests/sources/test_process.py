@@ -310,6 +310,9 @@ def test_processes_vanishing_mid_sample_never_escape(make_tree, tmp_path):
 
 def _spawn_at_pid(pid: int, data_file: Path) -> subprocess.Popen[str]:
     """Start a stranger process that gets exactly ``pid``, through ns_last_pid (root)."""
+    # Start times tick at 10 ms (USER_HZ): a pid reused within one tick cannot be told apart,
+    # by psutil or by anyone reading /proc. Real reuse takes a whole pid_max cycle.
+    time.sleep(0.03)
     argv = [
         sys.executable,
         "-c",
