@@ -105,7 +105,8 @@ COMMON_FATAL: Final[tuple[LogPattern, ...]] = (
     # llamacpp-03-oom ("cudaMalloc failed: out of memory"), tgi-07-oom ("(out of memory)")
     fatal(r"cudaMalloc failed: out of memory|\(out of memory\)|CUDA error: out of memory", _OOM),
     fatal(r"CUDA_ERROR_OUT_OF_MEMORY|std::bad_alloc|Cannot allocate memory", _OOM),
-    # journald: systemd's own line when the kernel OOM killer ended the unit
+    # fixtures README.md: an OOM kill leaves no engine line; systemd's "Failed with result
+    # 'oom-kill'" (systemd src/core/service.c), read from the journal, is the only trace
     fatal(r"Failed with result '?oom-kill|Out of memory: Killed process", _OOM),
     # vllm-08-nccl, vllm-10-nccl ("NCCL error: unhandled system error", "... invalid usage")
     fatal(r"\bNCCL error:?\s*\w|\bnccl(?:System|Internal|UnhandledCuda|Remote)Error\b", _NCCL),

@@ -1,0 +1,180 @@
+"""Engine profiles are data: complete, sourced, and saying what ENGINES.md says they say."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from exporter.engines import ENGINES
+from exporter.logparse import LogClassifier
+from exporter.model import FailureReason, LogClass, Phase
+
+ENGINE_DIR = Path(__file__).resolve().parents[1] / "exporter" / "engines"
+_CALL = re.compile(r"^\s*(marker|progress|fatal|benign|wrapper)\(")
+_SECTION = re.compile(r"^\s*(markers|fatal|benign|wrappers|detect)=")
+_CITATION = re.compile(r"[a-z]+-\d\d\b|ENGINES\.md|issue \d+|DESIGN\.md|README\.md")
+
+
+def one(engine: str, line: str):
+    (event,) = LogClassifier(ENGINES[engine].log).classify(line, at=0.0)
+    return event
+
+
+def test_every_engine_has_a_profile_attached():
+    for name, engine in ENGINES.items():
+        module = importlib.import_module(f"exporter.engines.{name}")
+        assert engine.log is module.LOG_PROFILE
+        assert engine.log.markers and engine.log.fatal and engine.log.benign, name
+
+
+def test_progress_patterns_name_done_and_total():
+    for engine in ENGINES.values():
+        for p in engine.log.markers:
+            if p.cls is LogClass.PROGRESS:
+                assert {"done", "total"} <= set(p.regex.groupindex), p.regex.pattern
+            assert p.regex.flags & re.IGNORECASE
+
+
+@pytest.mark.parametrize("path", sorted(ENGINE_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_every_pattern_cites_its_source(path):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not _CALL.match(line) or "def " in line:
+            continue
+        j = i - 1
+        while j >= 0 and not lines[j].lstrip().startswith("#") and not _SECTION.match(lines[j]):
+            j -= 1
+        block = []
+        while j >= 0 and lines[j].lstrip().startswith("#"):
+            block.append(lines[j])
+            j -= 1
+        assert _CITATION.search(" ".join(block)), f"{path.name}:{i + 1}: pattern without a source"
+
+
+@pytest.mark.parametrize(
+    ("engine", "line", "cls", "phase"),
+    [
+        # vLLM passes uvicorn a pre-bound socket: startup complete is the ready line.
+        ("vllm", "(APIServer pid=1) INFO:     Application startup complete.", "marker", "ready"),
+        # SGLang runs a warm-up request after uvicorn starts: not ready yet.
+        (
+            "sglang",
+            "[2026-01-01 00:00:00] INFO:     Application startup complete.",
+            "marker",
+            "initializing",
+        ),
+        (
+            "sglang",
+            "[2026-01-01 00:00:00] The server is fired up and ready to roll!",
+            "marker",
+            "ready",
+        ),
+        # llama.cpp listens before it loads; only the main loop line means ready.
+        (
+            "llamacpp",
+            "main: HTTP server is listening, hostname: 0.0.0.0, port: 8080",
+            "marker",
+            None,
+        ),
+        (
+            "llamacpp",
+            "main: server is listening on http://0.0.0.0:8080 - starting the main loop",
+            "marker",
+            "ready",
+        ),
+        (
+            "tgi",
+            "2024-01-01T00:00:00Z  INFO text_generation_router: router/src/main.rs:1: Connected",
+            "marker",
+            "ready",
+        ),
+        (
+            "tgi",
+            "2024-01-01T00:00:00Z  INFO text_generation_launcher: Starting shard rank=0",
+            "marker",
+            "loading",
+        ),
+        (
+            "triton",
+            "I0101 00:00:00.000000 1 grpc_server.cc:1] Started GRPCInferenceService at :8001",
+            "marker",
+            "ready",
+        ),
+        (
+            "triton",
+            "I0101 00:00:00.000000 1 model_lifecycle.cc:1] loading: llama:1",
+            "marker",
+            "loading",
+        ),
+        (
+            "trtllm",
+            "INFO:     Uvicorn running on http://0.0.0.0:8355 (Press CTRL+C to quit)",
+            "marker",
+            "ready",
+        ),
+        # A generic server's readiness is its probe's call, never a log line's.
+        ("openai", "INFO:     Application startup complete.", "marker", None),
+    ],
+)
+def test_markers_announce_the_phase_engines_md_gives(engine, line, cls, phase):
+    event = one(engine, line)
+    assert (event.cls, event.phase) == (LogClass(cls), None if phase is None else Phase(phase))
+
+
+@pytest.mark.parametrize(
+    ("engine", "line", "reason"),
+    [
+        ("vllm", "ValueError: No available memory for the cache blocks. Try increasing", "oom"),
+        ("vllm", "RuntimeError: Engine core initialization failed. See root cause above.", "crash"),
+        ("sglang", "[2026-01-01 00:00:00] Rank 0 scheduler is dead. Please check logs.", "crash"),
+        ("sglang", "[2026-01-01 00:00:00] Initialization failed. warmup error: boom", "crash"),
+        (
+            "tgi",
+            "2023-08-17T10:23:27Z ERROR text_generation_launcher: Shard 0 failed to start",
+            "crash",
+        ),
+        ("llamacpp", "main: exiting due to model loading error", "crash"),
+        ("llamacpp", "alloc_tensor_range: failed to allocate CUDA0 buffer of size 1", "oom"),
+        (
+            "triton",
+            "E0101 00:00:00.000000 1 model_lifecycle.cc:1] failed to load 'm' version 1",
+            "crash",
+        ),
+        (
+            "trtllm",
+            "[04/30/2025-14:03:32] [TRT-LLM] [E] Failed to initialize executor on rank 6",
+            "crash",
+        ),
+    ],
+)
+def test_engine_specific_failures_are_fatal(engine, line, reason):
+    event = one(engine, line)
+    assert (event.cls, event.fatal_reason) == (LogClass.FATAL, FailureReason(reason))
+
+
+@pytest.mark.parametrize(
+    ("engine", "line"),
+    [
+        (
+            "vllm",
+            "WARNING 01-01 00:00:00 [shm_broadcast.py:1] No available shared memory broadcast "
+            "block found in 60 seconds.",
+        ),
+        (
+            "tgi",
+            "2023-08-17T15:28:43Z  INFO shard-manager: text_generation_launcher: Waiting for "
+            "shard to be ready... rank=0",
+        ),
+        (
+            "sglang",
+            "[2026-08-02 00:17:43] Subprocess detokenizer (pid=31379) crashed with exit "
+            "code -15. Triggering SIGQUIT for cleanup...",
+        ),
+    ],
+)
+def test_heartbeats_and_stop_noise_are_benign(engine, line):
+    # Printed whether or not the engine progresses, or on a normal stop: never evidence.
+    assert one(engine, line).cls is LogClass.BENIGN

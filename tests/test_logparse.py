@@ -1,0 +1,357 @@
+"""The log classifier: what an operator would otherwise read off ``journalctl -u UNIT``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from exporter.config import LogPatterns
+from exporter.engines import ENGINES
+from exporter.logparse import MAX_LINE_CHARS, LogClassifier, clean, redact, split_updates
+from exporter.model import FailureReason, LogClass, Phase
+
+AT = datetime(2026, 3, 1, 12, 0, 0).timestamp()
+
+
+def classify(engine: str, *lines: str, patterns: LogPatterns | None = None):
+    c = LogClassifier(ENGINES[engine].log, patterns)
+    return [e for n, line in enumerate(lines, 1) for e in c.classify(line, at=AT, line_no=n)]
+
+
+def local(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, us: int = 0
+) -> float:
+    return datetime(year, month, day, hour, minute, second, us).timestamp()
+
+
+# --- cleaning and splitting -----------------------------------------------------------------
+
+
+def test_ansi_codes_are_stripped_raw_and_as_literal_text():
+    raw = "\x1b[1;36m(APIServer pid=4394)\x1b[0;0m INFO 10-14 19:26:00 Starting"
+    literal = "#033[2m2024-04-18T22:43:58Z#033[0m #033[32m INFO#033[0m Waiting"
+    assert clean(raw) == "(APIServer pid=4394) INFO 10-14 19:26:00 Starting"
+    assert clean(literal) == "2024-04-18T22:43:58Z  INFO Waiting"
+
+
+def test_control_characters_are_dropped_but_text_survives():
+    assert clean("a\x00b\x07c\td\x7f\n") == "abc\td"
+
+
+def test_carriage_return_updates_become_separate_pieces():
+    line = "\rbar 0/3 [00:00<?, ?it/s]\rbar 1/3 [00:01<00:02, 1.0it/s]\rbar 3/3 [00:03<00:00]\r\n"
+    assert split_updates(line) == [
+        "bar 0/3 [00:00<?, ?it/s]",
+        "bar 1/3 [00:01<00:02, 1.0it/s]",
+        "bar 3/3 [00:03<00:00]",
+    ]
+
+
+def test_a_log_line_glued_after_a_bar_is_split_off():
+    # sglang-04-ready line 66: tqdm left the cursor after the bar, the next log line followed.
+    line = "  0%|     | 0/13 [00:00<?, ?it/s][2025-03-08 12:29:21 TP1] Capture cuda graph begin."
+    assert split_updates(line) == [
+        "  0%|     | 0/13 [00:00<?, ?it/s]",
+        "[2025-03-08 12:29:21 TP1] Capture cuda graph begin.",
+    ]
+
+
+def test_glued_marker_is_seen_with_its_own_timestamp():
+    events = classify(
+        "sglang",
+        "  0%|     | 0/13 [00:00<?, ?it/s][2025-03-08 12:29:21 TP1] Capture cuda graph begin.",
+    )
+    assert [e.marker for e in events] == [None, "cuda_graph"]
+    assert events[1].phase is Phase.INITIALIZING
+    assert events[1].at == local(2025, 3, 8, 12, 29, 21)
+
+
+def test_every_cr_update_of_a_progress_bar_is_an_event_with_its_count():
+    line = "".join(
+        f"\rLoading safetensors checkpoint shards: {i * 25:3d}% Completed | {i}/4 [00:0{i}<00:01]"
+        for i in range(5)
+    )
+    events = classify("vllm", line)
+    assert [e.progress for e in events] == [(i, 4) for i in range(5)]
+    assert {e.cls for e in events} == {LogClass.PROGRESS}
+    assert {e.progress_key for e in events} == {"shards"}
+    assert {e.phase for e in events} == {Phase.LOADING}
+
+
+def test_a_megabyte_line_is_capped():
+    events = classify("vllm", "INFO 05-12 02:45:15 args: " + "x" * 1_000_000)
+    assert len(events) == 1
+    assert len(events[0].text) <= MAX_LINE_CHARS
+
+
+def test_blank_lines_make_no_events():
+    assert classify("vllm", "", "   ", "\r\n", "\x1b[0m") == []
+
+
+# --- timestamps -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("engine", "line", "expected"),
+    [
+        ("sglang", "[2026-08-01 23:37:50] Load weight begin.", local(2026, 8, 1, 23, 37, 50)),
+        ("sglang", "[2026-02-26 16:31:00 TP7] Load weight begin.", local(2026, 2, 26, 16, 31)),
+        (
+            "tgi",
+            "2023-08-17T15:28:43.904106Z  INFO shard-manager: text_generation_launcher: x",
+            datetime(2023, 8, 17, 15, 28, 43, 904106, tzinfo=UTC).timestamp(),
+        ),
+        (
+            "tgi",
+            "2024-04-18T18:44:03.144-04:00   #033[2m2024-04-18T22:43:58.111453Z#033[0m INFO",
+            datetime(2024, 4, 18, 22, 44, 3, 144000, tzinfo=UTC).timestamp(),
+        ),
+        ("trtllm", "[12/20/2025-04:20:04] [TRT-LLM] [I] Using LLM", local(2025, 12, 20, 4, 20, 4)),
+        ("vllm", "INFO 02-12 02:45:31 [gpu_model_runner.py:1329] x", local(2026, 2, 12, 2, 45, 31)),
+        (
+            "triton",
+            "I0220 12:34:56.123456 1 server.cc:1] x",
+            local(2026, 2, 20, 12, 34, 56, 123456),
+        ),
+    ],
+)
+def test_timestamps_are_read_in_each_engine_format(engine, line, expected):
+    (event,) = classify(engine, line)
+    assert event.at == pytest.approx(expected)
+
+
+def test_a_yearless_vllm_stamp_takes_the_year_printed_earlier():
+    # vllm-05-ready: TensorFlow prints a full date before vLLM's "INFO 10-14 ..." lines.
+    events = classify(
+        "vllm",
+        "2025-10-14 19:22:02.853794: I tensorflow/core/util/port.cc:153] oneDNN custom ops",
+        "INFO 10-14 19:22:45 [core.py:77] Initializing a V1 LLM engine (v0.11.0)",
+    )
+    assert events[1].at == local(2025, 10, 14, 19, 22, 45)
+
+
+def test_a_december_stamp_read_in_january_belongs_to_last_year():
+    c = LogClassifier(ENGINES["vllm"].log)
+    (event,) = c.classify("INFO 12-31 23:59:00 [core.py:1] x", at=local(2026, 1, 1, 0, 5))
+    assert event.at == local(2025, 12, 31, 23, 59)
+
+
+def test_glog_lines_without_a_date_keep_the_read_time():
+    # vllm-05-ready: "E0000 00:00:1760469722.892123" is not a date.
+    (event,) = classify("vllm", "E0000 00:00:1760469722.892123    4394 cuda_dnn.cc:8579] x")
+    assert event.at == AT
+
+
+def test_the_line_timestamp_can_be_ignored_for_journald():
+    c = LogClassifier(ENGINES["sglang"].log)
+    (event,) = c.classify("[2026-08-01 23:37:50] Load weight begin.", at=AT, line_time=False)
+    assert event.at == AT
+    assert c.last_timestamp is None
+
+
+# --- classes --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "CUTE_DSL - WARNING - [handle_import_error] - Unexpected error during package walk: "
+        "cutlass.cute.experimental",
+        "[Gloo] Rank 0 is connected to 7 peer ranks. Expected number of connected peer ranks: 7",
+        "[2026-02-26 16:31:00 TP2] Ignore import error when loading sglang.srt.models.glm_ocr: x",
+        "`torch_dtype` is deprecated! Use `dtype` instead!",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+        "[rank0]:[W1010 ProcessGroupNCCL.cpp:1538] WARNING: destroy_process_group() was not "
+        "called before program exit, which can leak resources.",
+        "2023-08-17T15:28:43Z  INFO shard-manager: text_generation_launcher: Waiting for shard "
+        "to be ready... rank=0",
+    ],
+)
+def test_known_noise_is_benign(line):
+    engine = "tgi" if "shard-manager" in line else "sglang"
+    (event,) = classify(engine, line)
+    assert event.cls is LogClass.BENIGN
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom"),
+        ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 12.00 GiB.", "oom"),
+        ("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO)", "nccl"),
+        (
+            "[E ProcessGroupNCCL.cpp:828] [Rank 0] Watchdog caught collective operation timeout",
+            "nccl",
+        ),
+        ("RuntimeError: NCCL error: unhandled cuda error (CUDA out of memory)", "oom"),
+        ("systemd[1]: vllm.service: Failed with result 'oom-kill'.", "oom"),
+        ("CUDA error: an illegal memory access was encountered", "crash"),
+    ],
+)
+def test_fatal_lines_carry_their_reason(line, reason):
+    (event,) = classify("vllm", line)
+    assert event.cls is LogClass.FATAL
+    assert event.fatal_reason == reason
+
+
+def test_levels_without_a_pattern_become_error_warning_or_info():
+    events = classify(
+        "vllm",
+        "ERROR 05-12 02:47:14 [serving_chat.py:136] Error with model object='error'",
+        "WARNING 05-12 02:45:30 [utils.py:2522] Methods not implemented",
+        "INFO 05-12 02:45:23 [config.py:2003] Chunked prefill is enabled",
+    )
+    assert [e.cls for e in events] == [LogClass.ERROR, LogClass.WARNING, LogClass.INFO]
+
+
+def test_the_cause_at_the_end_of_a_scheduler_traceback_is_the_failure():
+    # sglang-01-crash: the wrapper line comes first, the exception that killed the rank last.
+    events = classify(
+        "sglang",
+        "[2026-02-26 16:41:24 TP6] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 3096, in run',
+        "    scheduler = Scheduler(",
+        "TypeError: cannot unpack non-iterable ForwardMetadata object",
+    )
+    assert [e.cls for e in events] == [LogClass.ERROR] * 3 + [LogClass.FATAL]
+    assert events[-1].fatal_reason is FailureReason.CRASH
+
+
+def test_an_oom_inside_a_scheduler_traceback_is_an_oom_not_a_crash():
+    # sglang-03-oom: "Scheduler hit an exception" precedes "torch.OutOfMemoryError: HIP ...".
+    events = classify(
+        "sglang",
+        "[2026-02-26 06:25:15 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/utils/_device.py", line 103, in f',
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 12.00 GiB.",
+    )
+    fatal = [e for e in events if e.cls is LogClass.FATAL]
+    assert [e.fatal_reason for e in fatal] == [FailureReason.OOM]
+
+
+def test_a_traceback_without_a_wrapper_is_an_error_not_a_failure():
+    # A request handler's traceback after ready must not fail the server.
+    events = classify(
+        "sglang",
+        "Traceback (most recent call last):",
+        '  File "/x/serving_chat.py", line 1185, in handle',
+        "ValueError: bad request",
+    )
+    assert [e.cls for e in events] == [LogClass.ERROR] * 3
+
+
+def test_keyboard_interrupt_ends_a_traceback_without_failing():
+    events = classify(
+        "vllm",
+        "(EngineCore_DP0 pid=1) EngineCore failed to start.",
+        "Traceback (most recent call last):",
+        "KeyboardInterrupt: terminated",
+    )
+    assert LogClass.FATAL not in {e.cls for e in events}
+
+
+# --- markers and progress -------------------------------------------------------------------
+
+
+def test_a_draft_models_second_load_has_its_own_progress_key():
+    # sglang-05-ready: the DFlash draft loads after the target with a 0/1 shard bar.
+    events = classify(
+        "sglang",
+        "[2026-08-01 23:37:50] Load weight begin. avail mem=115.36 GB",
+        "\rMulti-thread loading shards: 100% Completed | 15/15 [01:41<00:00,  6.74s/it]",
+        "[2026-08-01 23:39:39] Load weight end. elapsed=109.33 s",
+        "[2026-08-01 23:39:43] Load weight begin. avail mem=47.83 GB",
+        "\rMulti-thread loading shards:   0% Completed | 0/1 [00:00<?, ?it/s]",
+    )
+    bars = [(e.progress_key, e.progress) for e in events if e.progress]
+    assert bars == [("shards", (15, 15)), ("draft:shards", (0, 1))]
+
+
+def test_tensor_parallel_ranks_loading_together_share_the_main_key():
+    lines = [f"[2025-03-08 12:29:13 TP{r}] Load weight begin. avail mem=21.63 GB" for r in range(4)]
+    lines.append("Loading safetensors checkpoint shards:  50% Completed | 7/14 [00:03<00:04]")
+    lines += [f"[2025-03-08 12:29:21 TP{r}] Load weight end. type=Qwen2" for r in range(4)]
+    events = classify("sglang", *lines)
+    assert [e.progress_key for e in events if e.progress] == ["shards"]
+
+
+def test_wording_drift_between_versions_is_tolerated():
+    # ENGINES.md gotcha 3: takes->took, API server->server, cuda graph->target decode CUDA graph.
+    events = classify(
+        "vllm",
+        "INFO 05-12 02:45:58 [monitor.py:33] torch.compile takes 11.47 s in total",
+        "INFO 01-23 15:50:01 [monitor.py:40] torch.compile took 13.01 s in total",
+        "INFO 05-12 02:46:33 [api_server.py:1090] Starting vLLM API server on http://0.0.0.0:8000",
+        "INFO 01-23 15:52:10 [api_server.py:1300] Starting vLLM server on http://0.0.0.0:8000",
+    )
+    assert [e.marker for e in events] == ["compile", "compile", "http_up", "http_up"]
+    sglang = classify(
+        "sglang",
+        "[2026-01-01 00:00:00 TP0] Capture cuda graph begin. This can take up to several minutes.",
+        "[2026-01-01 00:00:00 TP0] Capture target decode CUDA graph begin. avail mem=5 GB",
+    )
+    assert [e.marker for e in sglang] == ["cuda_graph", "cuda_graph"]
+
+
+# --- user patterns --------------------------------------------------------------------------
+
+
+def test_user_patterns_extend_and_override_the_profile():
+    patterns = LogPatterns(
+        benign=(r"CUDA out of memory in the test harness",),
+        fatal=(r"my engine gave up",),
+        markers=(r"custom warmup finished",),
+    )
+    events = classify(
+        "vllm",
+        "CUDA out of memory in the test harness (expected)",
+        "my engine gave up: out of memory",
+        "custom warmup finished",
+        patterns=patterns,
+    )
+    assert [e.cls for e in events] == [LogClass.BENIGN, LogClass.FATAL, LogClass.MARKER]
+    assert events[1].fatal_reason is FailureReason.OOM
+    assert events[2].marker == "user"
+
+
+# --- secrets --------------------------------------------------------------------------------
+
+SECRET_LINES = [
+    "INFO 08-01 18:02:54 [api_utils.py:273] non-default args: {'api_key': 'sk-CANARY0'}",
+    "vllm serve m --api-key sk-CANARY1 --port 8000",
+    "vllm serve m --api-key=CANARY2 --port 8000",
+    "Environment: VLLM_API_KEY=CANARY3 HF_TOKEN=hf_CANARY4abcdefghijklmnopqrstuvwx",
+    "args: Namespace(api_key=['CANARY5', 'CANARY6'], port=8000)",
+    'request headers {"Authorization": "Bearer CANARY7tokenvalue"}',
+    "curl -H 'Authorization: Bearer CANARY8tokenvalue' http://127.0.0.1:8000/health",
+    "[2026-01-01 00:00:00] server_args=ServerArgs(model_path='m', api_key='sk-CANARY9')",
+    'json {"api_key":"CANARY10","hf_token": "CANARY11"}',
+]
+
+
+@pytest.mark.parametrize("line", SECRET_LINES)
+def test_secrets_never_leave_the_classifier(line):
+    for engine in ENGINES:
+        for event in classify(engine, line):
+            assert "CANARY" not in event.text
+            assert "<redacted>" in event.text
+
+
+def test_a_redacted_line_still_announces_its_phase():
+    # RELIABILITY E55: the phase is parsed, the secret is not shown.
+    (event,) = classify("sglang", SECRET_LINES[-2])
+    assert event.marker == "server_args"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2026-08-02 00:07:42] Decode batch, #running-req: 1, #full token: 16978, #swa token: 1069",
+        "INFO 05-12 02:45:15 args: Namespace(max_tokens=4, api_key=None, tokenizer='t')",
+        "Please set a HF_TOKEN to enable higher rate limits",
+        "skip_tokenizer_init=False, hf_config.architectures=['LagunaForCausalLM']",
+    ],
+)
+def test_ordinary_text_is_not_mistaken_for_a_secret(line):
+    assert redact(line).replace("api_key=<redacted>", "api_key=None") == line

@@ -1,0 +1,132 @@
+"""replay-log against the real engine logs in ../shared/fixtures/logs, read where they are.
+
+The expected outcome and reason of every file come from that folder's README table, so a
+fixture added there without a verdict, or a verdict the replay disagrees with, fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import main
+from exporter.replaylog import detect_engine, read_lines, replay
+
+LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "logs"
+_ROW = re.compile(r"^\| `(?P<file>[\w.-]+\.log)` \| (?P<outcome>\w+) \| (?P<reason>[\w-]+) \|$")
+
+
+def expected_results() -> dict[str, tuple[str, str | None]]:
+    text = (LOGS / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Expected result", 1)[1]
+    rows = (_ROW.match(line.strip()) for line in section.splitlines())
+    return {
+        m["file"]: (m["outcome"], None if m["reason"] == "-" else m["reason"]) for m in rows if m
+    }
+
+
+EXPECTED = expected_results()
+FILES = sorted(p.name for p in LOGS.glob("*.log"))
+
+
+def test_every_fixture_has_a_verdict_in_the_readme():
+    assert FILES, f"no fixture logs found in {LOGS}"
+    assert set(FILES) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_each_fixture_replays_to_the_readme_outcome_and_reason(name):
+    engine = name.split("-", 1)[0]
+    result = replay(read_lines(LOGS / name), engine)
+    assert (result.outcome, result.reason) == EXPECTED[name]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_auto_recognises_the_engine_and_reaches_the_same_verdict(name):
+    lines = read_lines(LOGS / name)
+    detected = detect_engine(text for _, text in lines)
+    # tgi-04-nccl is three PyTorch NCCL lines: nothing in it names the engine.
+    assert detected == (None if name == "tgi-04-nccl.log" else name.split("-", 1)[0])
+    result = replay(lines, None)
+    assert (result.outcome, result.reason) == EXPECTED[name]
+
+
+def test_phases_follow_the_log_and_carry_the_lines_timestamps():
+    result = replay(read_lines(LOGS / "sglang-05-ready.log"), "sglang")
+    assert [(p.phase, p.line) for p in result.phases] == [
+        ("starting", 4),
+        ("loading", 39),  # Load weight begin
+        ("initializing", 141),  # Load weight end
+        ("ready", 183),  # The server is fired up and ready to roll!
+    ]
+    ready = result.phases[-1]
+    assert ready.at is not None
+    assert result.phases[1].at is not None and ready.at - result.phases[1].at == 357.0
+    # The draft model's 1-shard bar does not replace the target model's 15 shards.
+    assert result.progress == ("shards", 15, 15)
+
+
+def test_a_log_without_timestamps_replays_in_line_order():
+    result = replay(read_lines(LOGS / "llamacpp-01-ready.log"), "llamacpp")
+    assert [p.phase for p in result.phases] == ["starting", "loading", "initializing", "ready"]
+    assert {p.at for p in result.phases} == {None}
+
+
+def test_json_output_is_the_documented_object(capsys):
+    assert main(["replay-log", "--json", str(LOGS / "sglang-03-oom.log")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"outcome", "reason", "phases", "progress", "classes"}
+    assert (doc["outcome"], doc["reason"]) == ("failed", "oom")
+    assert doc["phases"][-1]["phase"] == "failed"
+    assert doc["phases"][-1]["line"] == 447
+    assert doc["phases"][-1]["at"] is None  # the OOM line is raw stderr, without a timestamp
+    assert doc["phases"][-2] == {"phase": "loading", "line": 374, "at": doc["phases"][-2]["at"]}
+    assert isinstance(doc["phases"][-2]["at"], float)
+    assert doc["progress"] is None
+    assert set(doc["classes"]) == {
+        "marker",
+        "progress",
+        "info",
+        "warning",
+        "benign",
+        "error",
+        "fatal",
+    }
+    assert doc["classes"]["fatal"] >= 1 and doc["classes"]["benign"] > 0
+
+
+def test_text_output_names_engine_timeline_and_outcome(capsys):
+    assert main(["replay-log", str(LOGS / "vllm-06-ready.log")]) == 0
+    out = capsys.readouterr().out
+    assert "engine    vllm (recognised from the lines)" in out
+    assert re.search(r"^\s+23  \d{4}-05-12 02:45:35  initializing$", out, re.M)
+    assert re.search(r"^\s+64  -\s+ready$", out, re.M)  # uvicorn's line has no timestamp
+    assert "progress  4/4 shards" in out
+    assert "outcome   ready" in out
+
+
+def test_an_unreadable_file_is_one_line_and_exit_2(capsys, tmp_path):
+    missing = tmp_path / "nope.log"
+    assert main(["replay-log", str(missing)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{missing}: cannot read: No such file or directory"]
+
+
+def test_carriage_returns_are_kept_as_updates_of_one_line(tmp_path):
+    log = tmp_path / "bars.log"
+    bars = "".join(
+        f"\rLoading safetensors checkpoint shards: {i * 20:3d}% Completed | {i}/5 [00:0{i}<00:05]"
+        for i in range(6)
+    )
+    log.write_bytes(
+        b"INFO 05-12 02:45:31 [gpu_model_runner.py:1329] Starting to load model /m...\n"
+        + bars.encode()
+        + b"\nINFO 05-12 02:45:35 [loader.py:458] Loading weights took 3.83 seconds\n"
+    )
+    result = replay(read_lines(log), "vllm")
+    assert result.progress == ("shards", 5, 5)
+    assert result.classes["progress"] == 6
+    assert [(p.phase, p.line) for p in result.phases] == [("loading", 1), ("initializing", 3)]
