@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from exporter.lifecycle import Thresholds, initial_state, step
+from exporter.lifecycle import ColdStart, Thresholds, initial_state, step
 from exporter.metrics import SnapshotCollector
 from exporter.model import (
     DiskSample,
@@ -80,7 +80,17 @@ def ready_state():
     )
     state = step(state, Observation("llama", T0 + 40, process=p, health=ok), T0 + 40, Thresholds())
     counters = replace(state.counters, start_failures=((FailureReason.OOM, 2),), restarts=2)
-    return replace(state, counters=counters), p
+    previous = ColdStart(
+        started_at=T0 - 800,
+        ended_at=T0 - 110,
+        outcome="ready",
+        reason=None,
+        phase_seconds=((Phase.STARTING, 40.0), (Phase.LOADING, 450.0), (Phase.INITIALIZING, 200.0)),
+        longest_quiet_seconds=(),
+        read_bytes=None,
+        peak_gpu_bytes=None,
+    )
+    return replace(state, counters=counters, last_cold_start=previous), p
 
 
 def snapshot():
@@ -94,7 +104,10 @@ def snapshot():
             up=i != 3,
             memory_used_bytes=(35 if i < 2 else 1) * GiB,
             memory_total_bytes=141 * GiB,
+            memory_reserved_bytes=512 * 2**20,
             utilization_ratio=None if i == 2 else 0.0,
+            memory_utilization_ratio=None if i == 2 else 0.01,
+            pcie_rx_bytes_per_second=None if i == 2 else 24e9,
             error="gpu_lost" if i == 3 else None,
         )
         for i in range(4)

@@ -1,0 +1,45 @@
+"""The README stays true: its metrics table matches what the collector renders."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests/fixtures/metrics/two-targets-four-gpus.prom"
+
+
+def readme_metrics() -> dict[str, tuple[str, set[str]]]:
+    rows = re.findall(
+        r"^\| `(inference_[a-z_]+)` \| (\w+) \|([^|]*)\|",
+        (ROOT / "README.md").read_text(),
+        re.MULTILINE,
+    )
+    return {
+        name: (kind, {x.strip() for x in labels.split(",") if x.strip()})
+        for name, kind, labels in rows
+    }
+
+
+def rendered_metrics() -> dict[str, tuple[str, set[str]]]:
+    out: dict[str, tuple[str, set[str]]] = {}
+    for fam in text_string_to_metric_families(GOLDEN.read_text()):
+        labels = {k for s in fam.samples for k in s.labels if k != "le"}
+        name = fam.name + ("_total" if fam.type == "counter" else "")
+        out[name] = (fam.type, labels)
+    return out
+
+
+def test_readme_metrics_table_matches_the_collector():
+    assert readme_metrics() == rendered_metrics()
+
+
+def test_readme_quick_start_is_the_two_make_commands_ci_runs():
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Quick start.*?```sh\n(.*?)```", text, re.DOTALL)
+    assert block
+    commands = [ln.split("#")[0].strip() for ln in block.group(1).splitlines() if ln.strip()]
+    assert commands == ["make demo", "make test"]
+    assert "make test" in (ROOT / ".ci/run").read_text()
