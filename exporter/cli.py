@@ -33,6 +33,8 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "check-config": ("exporter.cli", "validate a config file and exit"),
     "demo": ("exporter.demo", "run the exporter against a simulated cold-starting engine"),
     "simulate": ("exporter.simulate", "run a simulated cold-starting inference engine"),
+    "record": ("exporter.replay", "record observations per tick to a JSONL trace"),
+    "replay": ("exporter.replay", "replay a recorded trace through the lifecycle core"),
     "replay-log": ("exporter.replaylog", "replay an engine log file through the classifier"),
 }
 

@@ -96,12 +96,14 @@ class Daemon:
         history: History | None = None,
         notifier: Notifier | None = None,
         gpu_env: Mapping[str, str] | None = None,
+        on_step: Callable[[Observation, float, Thresholds], None] | None = None,
     ) -> None:
         self.settings = settings
         self._clock = clock
         self.history = history or History.open(settings.state_directory)
         self.notifier = notifier or Notifier()
         self.latest: Snapshot | None = None
+        self._on_step = on_step
         self._health = SourceHealth()
         self._errors: dict[str, int] = {}
         self._disk = DiskSource([t.model_path for t in settings.targets if t.model_path])
@@ -112,6 +114,7 @@ class Daemon:
             max_workers=max(2, min(16, len(self._watched) + 1)), thread_name_prefix="sample"
         )
         self._ticks = 0
+        self._history_errors = 0
 
     def _watch(self, target: Target) -> _Watched:
         engine = ENGINES[target.engine]
@@ -173,6 +176,7 @@ class Daemon:
                 gpu_memory_bytes=sum(per_gpu.values()) if gpu.gpus else None,
             )
             targets.append(self._advance(w, obs, now, tuple(sorted(per_gpu.items()))))
+        statuses.append(self._history_status())
         for st in statuses:
             self._health.record(st)
             if not st.up:
@@ -197,6 +201,13 @@ class Daemon:
     def _record(self, result: SourceResult[T_], statuses: list[SourceStatus]) -> T_ | None:
         statuses.append(result.status)
         return result.value
+
+    def _history_status(self) -> SourceStatus:
+        """The history store as a source: down when in memory or when writes fail."""
+        failed = self.history.in_memory or self.history.errors > self._history_errors
+        self._history_errors = self.history.errors
+        error = "in_memory" if self.history.in_memory else ("write_failed" if failed else None)
+        return SourceStatus("history", not failed, 0.0, error)
 
     def _sample_gpus(self, statuses: list[SourceStatus]) -> GpuReading:
         if self._gpu is None:
@@ -240,6 +251,8 @@ class Daemon:
     def _advance(
         self, w: _Watched, obs: Observation, now: float, per_gpu: tuple[tuple[int, int], ...]
     ) -> TargetSnapshot:
+        if self._on_step is not None:
+            self._on_step(obs, now, w.thresholds)
         w.state = step(w.state, obs, now, w.thresholds)
         self._log_edges(w)
         if w.state.finished_start is not None:

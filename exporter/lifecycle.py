@@ -437,7 +437,7 @@ def _merge_shards(
     """Per progress key, the furthest (done, total) seen: ranks repeat the same bar."""
     merged = {k: (d, t) for k, d, t in prev}
     for ev in events:
-        if not _is_load_progress(ev):
+        if ev.progress is None or not _is_load_progress(ev):
             continue
         key = ev.progress_key or "shards"
         done, total = ev.progress

@@ -1,0 +1,101 @@
+"""record/replay: traces round-trip, and a recorded live cold start replays to the same timeline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from exporter.lifecycle import Thresholds
+from exporter.model import (
+    FailureReason,
+    LogClass,
+    LogEvent,
+    Observation,
+    Phase,
+    ProbeKind,
+    ProbeOutcome,
+    ProbeResult,
+    ProcessSample,
+)
+from exporter.replay import read_trace, replay
+from exporter.trace import (
+    observation_from_json,
+    observation_to_json,
+    thresholds_from_json,
+    thresholds_to_json,
+)
+from tests.integration.harness import ROOT, simulator, target_toml
+
+
+def test_observation_and_thresholds_round_trip_through_json():
+    obs = Observation(
+        target="t",
+        at=1.5,
+        process=ProcessSample(1, 0.5, (1, 2), 10, 1.0, None, "permission_denied"),
+        health=ProbeResult(ProbeKind.HEALTH, ProbeOutcome.HTTP_STATUS, 503, 0.1, 1.4, loading=True),
+        gpu_memory_bytes=7,
+        log_events=(
+            LogEvent(LogClass.FATAL, "oom", 1.0, fatal_reason=FailureReason.OOM),
+            LogEvent(
+                LogClass.PROGRESS,
+                "bar",
+                1.1,
+                phase=Phase.LOADING,
+                progress=(3, 8),
+                progress_key="shards",
+            ),
+        ),
+    )
+    assert observation_from_json(json.loads(json.dumps(observation_to_json(obs)))) == obs
+    th = Thresholds(weights_bytes=5, expected_phase_seconds={Phase.LOADING: 3.0})
+    assert thresholds_from_json(json.loads(json.dumps(thresholds_to_json(th)))) == th
+
+
+def test_a_malformed_trace_line_is_named():
+    with pytest.raises(ValueError, match=r"trace.jsonl:2: not JSON"):
+        list(read_trace(['{"kind":"header"}', "{oops"], "trace.jsonl"))
+
+
+@pytest.mark.integration
+def test_recorded_cold_start_replays_to_the_live_timeline_exactly(tmp_path):
+    with simulator(tmp_path, init_seconds=1.0) as sim:
+        config = tmp_path / "c.toml"
+        config.write_text('[exporter]\ninterval = "0.25s"\n' + target_toml("r", sim))
+        trace = tmp_path / "trace.jsonl"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "record",
+                "--config.file",
+                str(config),
+                "--out",
+                str(trace),
+                "--duration",
+                "8",
+            ],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+    with trace.open() as f:
+        result = replay(read_trace(f, str(trace)))
+    assert result.recorded["r"], "the live timeline is in the trace"
+    assert result.matches()
+    assert result.states["r"].phase in (Phase.READY, Phase.SERVING)
+    out = subprocess.run(
+        [sys.executable, "-m", "exporter", "replay", str(trace), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["matches_recorded"] is True
+    assert [t["to"] for t in doc["targets"]["r"]["transitions"]][:2] == ["starting", "loading"]
