@@ -229,7 +229,7 @@ def serve(
     """Build the daemon and web server, run until stopped; shared by ``run`` and ``demo``."""
     from prometheus_client import CollectorRegistry
 
-    from exporter.config import Settings
+    from exporter.config import Settings, load_settings
     from exporter.daemon import Daemon
     from exporter.metrics import SnapshotCollector
     from exporter.page import render_page
@@ -258,7 +258,8 @@ def serve(
         log.error("%s", exc)
         daemon.close()
         return EXIT_RUNTIME
-    _install_signals(stop)
+    reload = threading.Event()
+    _install_signals(stop, reload)
     log.info(
         "started version=%s listen=%s targets=%s interval_s=%g state_dir=%s",
         __version__,
@@ -269,7 +270,7 @@ def serve(
     )
     started = time.monotonic()
     try:
-        daemon.run(stop)
+        daemon.run(stop, reload=reload, load=lambda: load_settings(settings.source_path))
     finally:
         server.stop()
         daemon.close()
@@ -277,9 +278,13 @@ def serve(
     return EXIT_OK
 
 
-def _install_signals(stop: threading.Event) -> None:
+def _install_signals(stop: threading.Event, reload: threading.Event) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
+
+    def _reload(_signum: int, _frame: FrameType | None) -> None:
+        log.info("signal received signal=SIGHUP, reloading config")
+        reload.set()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         log.info("signal received signal=%s", signal.Signals(signum).name)
@@ -287,3 +292,4 @@ def _install_signals(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGHUP, _reload)

@@ -19,6 +19,7 @@ from typing import Final, TypeVar
 from exporter import __version__
 from exporter.config import Settings, Target
 from exporter.engines import ENGINES
+from exporter.errors import ConfigError, ConfigErrors
 from exporter.history import History
 from exporter.lifecycle import (
     TargetState,
@@ -290,12 +291,23 @@ class Daemon:
     # --- the loop ---------------------------------------------------------------------------
 
     def run(
-        self, stop: threading.Event, *, on_first_tick: Callable[[], None] | None = None
+        self,
+        stop: threading.Event,
+        *,
+        on_first_tick: Callable[[], None] | None = None,
+        reload: threading.Event | None = None,
+        load: Callable[[], Settings] | None = None,
     ) -> None:
-        """Tick at the configured interval until ``stop`` is set."""
-        interval = self.settings.interval_seconds
+        """Tick at the configured interval until ``stop`` is set.
+
+        When ``reload`` is set (SIGHUP), ``load()`` is called between ticks; a config that
+        fails to load is logged and the running one kept.
+        """
         next_at = time.monotonic()
         while not stop.is_set():
+            if reload is not None and load is not None and reload.is_set():
+                reload.clear()
+                self.reload(load)
             try:
                 snap = self.tick()
             except Exception:  # the loop must outlive any bug in one tick
@@ -307,12 +319,52 @@ class Daemon:
                     self.notifier.notify("READY=1", _status_line(snap))
                 else:
                     self.notifier.notify("WATCHDOG=1", _status_line(snap))
-            next_at += interval
+            next_at += self.settings.interval_seconds
             delay = next_at - time.monotonic()
             if delay < 0:  # fell behind (a slow tick): skip, don't burst
                 next_at = time.monotonic()
                 delay = 0
             stop.wait(delay)
+
+    def reload(self, load: Callable[[], Settings]) -> bool:
+        """Apply a new config; targets that keep their name keep their lifecycle state."""
+        try:
+            settings = load()
+        except ConfigErrors as exc:
+            log.error(
+                "config reload failed, keeping the running config problems=%d first=%r",
+                len(exc.errors),
+                str(exc.errors[0]) if exc.errors else "",
+            )
+            return False
+        except ConfigError as exc:
+            log.error("config reload failed, keeping the running config first=%r", str(exc))
+            return False
+        old = {w.target.name: w for w in self._watched}
+        try:
+            watched = [self._rewatch(t, old.get(t.name)) for t in settings.targets]
+        except ConfigError as exc:  # e.g. a world-readable api_key_file
+            log.error("config reload failed, keeping the running config first=%r", str(exc))
+            return False
+        kept = {w.target.name for w in watched}
+        for name, w in old.items():
+            if name not in kept or w not in watched:
+                w.prober.close()
+        self._watched, self.settings = watched, settings
+        log.info(
+            "config reloaded targets=%s interval_s=%g",
+            ",".join(sorted(kept)) or "-",
+            settings.interval_seconds,
+        )
+        return True
+
+    def _rewatch(self, target: Target, old: _Watched | None) -> _Watched:
+        if old is not None and old.target == target:
+            return old
+        fresh = self._watch(target)
+        if old is not None:
+            fresh.state = old.state
+        return fresh
 
     def close(self) -> None:
         """Stop helpers and release resources."""
