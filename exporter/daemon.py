@@ -86,6 +86,18 @@ def weights_size(model_path: str | None) -> int | None:
         return None
 
 
+def anchored_clock(
+    wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic
+) -> Callable[[], float]:
+    """Epoch seconds that advance with the monotonic clock.
+
+    Read the wall clock once and add monotonic time from then on, so an NTP step or a manual
+    clock change does not stretch or reverse stall timers and durations.
+    """
+    wall0, mono0 = wall(), mono()
+    return lambda: wall0 + (mono() - mono0)
+
+
 class Daemon:
     """Owns the sources and the per-target states; ``tick()`` does one round, ``run()`` loops."""
 
@@ -93,14 +105,14 @@ class Daemon:
         self,
         settings: Settings,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         history: History | None = None,
         notifier: Notifier | None = None,
         gpu_env: Mapping[str, str] | None = None,
         on_step: Callable[[Observation, float, Thresholds], None] | None = None,
     ) -> None:
         self.settings = settings
-        self._clock = clock
+        self._clock = clock or anchored_clock()
         self.history = history or History.open(settings.state_directory)
         self.notifier = notifier or Notifier()
         self.latest: Snapshot | None = None

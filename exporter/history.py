@@ -15,7 +15,7 @@ import sqlite3
 import statistics
 import time
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Any, Final
 
 from exporter.lifecycle import ColdStart, TargetState, initial_state
 from exporter.model import STARTUP_PHASES, Phase
@@ -100,6 +100,15 @@ class History:
             if self.errors == 1 or self.errors % 100 == 0:
                 log.error("history write failed errors=%d error=%s", self.errors, exc)
 
+    def _read(self, sql: str, args: tuple[object, ...]) -> list[Any]:
+        try:
+            return self._conn.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            self.errors += 1
+            if self.errors == 1 or self.errors % 100 == 0:
+                log.error("history read failed errors=%d error=%s", self.errors, exc)
+            return []
+
     def record(self, target: str, engine: str, model: str, cold: ColdStart) -> None:
         """Store one finished cold start."""
         self._write(
@@ -120,13 +129,13 @@ class History:
         )
 
     def starts(self, target: str, limit: int = 50) -> list[ColdStart]:
-        """The target's most recent cold starts, newest first."""
-        rows = self._conn.execute(
+        """The target's most recent cold starts, newest first; none when the store fails."""
+        rows = self._read(
             "SELECT started_at, ended_at, outcome, reason, phase_seconds, longest_quiet, "
             "read_bytes, peak_gpu_bytes FROM cold_starts WHERE target=? "
             "ORDER BY started_at DESC LIMIT ?",
             (target, limit),
-        ).fetchall()
+        )
         return [
             ColdStart(r[0], r[1], r[2], r[3], _load(r[4]), _load(r[5]), r[6], r[7]) for r in rows
         ]
@@ -179,13 +188,14 @@ class History:
         The caller's first observation decides whether it still applies: a different pid or
         create_time starts a new cold start as usual.
         """
-        row = self._conn.execute(
+        rows = self._read(
             "SELECT pid, create_time, phase, phase_since, phase_seconds, progress_ratio "
             "FROM in_progress WHERE target=?",
             (target,),
-        ).fetchone()
-        if row is None:
+        )
+        if not rows:
             return None
+        row = rows[0]
         try:
             phase = Phase(row[2])
         except ValueError:

@@ -1,0 +1,137 @@
+"""The sqlite history: survives restarts, and a bad store never stops the daemon."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import subprocess
+
+import pytest
+
+from exporter.daemon import anchored_clock
+from exporter.history import History
+from exporter.lifecycle import ColdStart, learned_stall_seconds
+from exporter.model import Phase
+
+
+def cold(start, outcome="ready", loading=300.0, quiet=40.0):
+    return ColdStart(
+        start,
+        start + 60 + loading,
+        outcome,
+        None if outcome == "ready" else "oom",
+        ((Phase.STARTING, 60.0), (Phase.LOADING, loading)),
+        ((Phase.LOADING, quiet),),
+        10,
+        76 * 2**30,
+    )
+
+
+def test_expectations_come_from_recent_successful_starts(tmp_path):
+    store = History.open(str(tmp_path))
+    for i, loading in enumerate([300.0, 500.0, 400.0]):
+        store.record("t", "sglang", "m", cold(1000.0 * i, loading=loading, quiet=30.0 + i))
+    store.record("t", "sglang", "m", cold(5000.0, outcome="failed", loading=9999.0, quiet=999))
+    exp = store.expectations("t")
+    assert exp.starts == 3
+    assert exp.phase_seconds[Phase.LOADING] == 400.0  # median of the good ones
+    assert exp.longest_quiet[Phase.LOADING] == 32.0  # the failed start does not teach
+    assert exp.peak_gpu_bytes == 76 * 2**30
+    assert learned_stall_seconds(exp.longest_quiet[Phase.LOADING], None, Phase.LOADING) == 64.0
+    store.close()
+    reopened = History.open(str(tmp_path))
+    assert len(reopened.starts("t")) == 4
+    reopened.close()
+
+
+def test_garbage_file_is_set_aside_with_one_log_line(tmp_path, caplog):
+    (tmp_path / "history.sqlite").write_bytes(b"this is not a database" * 100)
+    with caplog.at_level(logging.ERROR):
+        store = History.open(str(tmp_path))
+    assert not store.in_memory
+    assert [r.message for r in caplog.records if "set aside" in r.message]
+    assert list(tmp_path.glob("history.sqlite.corrupt-*"))
+    store.record("t", "e", "m", cold(1.0))
+    assert len(store.starts("t")) == 1
+    store.close()
+
+
+def test_truncated_database_is_set_aside(tmp_path):
+    store = History.open(str(tmp_path))
+    for i in range(50):
+        store.record("t", "e", "m", cold(float(i)))
+    store.close()
+    path = tmp_path / "history.sqlite"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3] + b"\0garbage")
+    for extra in tmp_path.glob("history.sqlite-*"):
+        extra.unlink()
+    store = History.open(str(tmp_path))
+    store.record("t", "e", "m", cold(1.0))
+    assert store.starts("t")  # usable again, whatever survived
+    store.close()
+
+
+def test_newer_schema_is_set_aside_not_overwritten(tmp_path):
+    path = tmp_path / "history.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version=99")
+    conn.commit()
+    conn.close()
+    store = History.open(str(tmp_path))
+    assert list(tmp_path.glob("history.sqlite.corrupt-*")), "the newer file is kept aside"
+    store.close()
+
+
+def test_unwritable_state_directory_keeps_history_in_memory(tmp_path):
+    # root ignores directory modes, so ask for a directory under a regular file instead
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    store = History.open(str(blocker / "state"))
+    assert store.in_memory and store.errors == 1
+    store.record("t", "e", "m", cold(1.0))
+    assert len(store.starts("t")) == 1  # still works, in memory
+    store.close()
+
+
+@pytest.mark.integration
+def test_full_state_directory_counts_write_errors_and_keeps_going(tmp_path):
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, f"tmpfs mount needs root: {done.stderr!r}"
+    store = History.open(str(mount))
+    try:
+        _fill(mount / "filler")
+        for i in range(200):  # enough rows to need new pages
+            store.record("t", "e", "m" * 200, cold(float(i)))
+        assert store.errors > 0
+        assert store.starts("t") is not None  # reads still answer; the daemon keeps going
+    finally:
+        store.close()
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(path):
+    try:
+        with open(path, "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+                os.fsync(f.fileno())
+    except OSError:
+        pass  # the disk is full now
+
+
+def test_anchored_clock_ignores_wall_clock_jumps():
+    walls = iter([1000.0])
+    monos = iter([5.0, 6.0, 7.0])
+    clock = anchored_clock(lambda: next(walls), lambda: next(monos))
+    # the wall clock is never read again: a step back of an hour changes nothing
+    assert clock() == 1001.0
+    assert clock() == 1002.0
