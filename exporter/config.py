@@ -21,6 +21,7 @@ from exporter.model import Phase
 
 DEFAULT_INTERVAL_SECONDS: Final = 1.0
 DEFAULT_STATE_DIRECTORY: Final = "/var/lib/inference-lifecycle-exporter"
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_\-\[\]]+$")
 _LABEL_SAFE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _DURATION = re.compile(
     r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*"
@@ -145,7 +146,9 @@ class _Reader:
         self.seen: set[str] = set()
 
     def _field(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
+        # A key from the file may hold anything; quote odd ones so an error stays one line.
+        shown = key if _BARE_KEY.match(key) else repr(key)
+        return f"{self.where}.{shown}" if self.where else shown
 
     def fail(self, key: str, reason: str) -> None:
         """Record a problem with one key of this table."""

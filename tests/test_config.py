@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.config import load_settings, parse_duration
 from exporter.errors import ConfigErrors
@@ -110,3 +112,60 @@ def test_check_config_command_exits_2_with_one_line_per_problem(tmp_path):
         check=False,
     )
     assert good.returncode == 0, good.stderr
+
+
+toml_scalars = st.one_of(
+    st.text(max_size=20), st.integers(), st.floats(allow_nan=False), st.booleans()
+)
+toml_values = st.recursive(
+    toml_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+keys = st.one_of(
+    st.text(max_size=5),
+    st.sampled_from(
+        [
+            "name",
+            "engine",
+            "base_url",
+            "health_path",
+            "probe_timeout",
+            "unit",
+            "pidfile",
+            "cmdline",
+            "gpus",
+            "completion",
+            "stall",
+            "log",
+            "journal",
+            "interval",
+            "state_directory",
+            "target",
+            "exporter",
+            "bogus",
+        ]
+    ),
+)
+tables = st.dictionaries(keys, toml_values, max_size=8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={"exporter": tables, "target": st.lists(tables, max_size=3), "extra": toml_values},
+    )
+)
+def test_fuzzed_configs_give_settings_or_config_errors_never_a_crash(data):
+    from exporter.config import Settings, parse_settings
+
+    try:
+        assert isinstance(parse_settings(data, "fuzz.toml"), Settings)
+    except ConfigErrors as exc:
+        assert exc.errors
+        for err in exc.errors:
+            line = str(err)
+            assert line.startswith("fuzz.toml: ") and "\n" not in line
