@@ -7,6 +7,7 @@ Builds no metrics and no status itself: the daemon hands in a registry and callb
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import gzip
 import logging
 import os
@@ -14,6 +15,7 @@ import resource
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -42,8 +44,9 @@ T = TypeVar("T")
 
 # The stdlib default of 5 drops SYNs under concurrent scrapes (RELIABILITY.md finding 1).
 BACKLOG: Final = 1024
-# uvicorn answers 503 once this many connections are open; idle ones are closed by deadlines.
-MAX_CONNECTIONS: Final = 1024
+# asyncio's TLS read buffer is 256 KiB per connection, allocated at accept: 1000 silent
+# connections cost 250 MiB that glibc then keeps. One TLS record (16 KiB) is enough here.
+TLS_READ_BUFFER: Final = 16 * 1024
 HANDLER_THREADS: Final = 4
 GZIP_LEVEL: Final = 1
 DEFAULT_PAGE_CSP: Final = "default-src 'self'"
@@ -75,10 +78,12 @@ class WebRoutes:
 
 
 @dataclass(frozen=True, slots=True)
-class WebTimeouts:
-    """Deadlines that keep idle or slow clients from holding the server.
+class WebLimits:
+    """Deadlines and caps that keep idle, slow or numerous clients from holding the server.
 
     Attributes:
+        max_connections: open connections (TLS handshakes included) beyond which new ones
+            are closed at accept; bounds memory under a connection flood.
         tls_handshake_seconds: a TLS client must finish its handshake within this.
         request_seconds: a request (headers and body) must arrive within this of the
             connection being opened or becoming idle.
@@ -86,6 +91,7 @@ class WebTimeouts:
         handler_seconds: a route that takes longer answers 503.
     """
 
+    max_connections: int = 1024
     tls_handshake_seconds: float = 5.0
     request_seconds: float = 10.0
     keep_alive_seconds: int = 5
@@ -115,12 +121,12 @@ class WebServer:
         *,
         listen_address: str = ":10049",
         web_config_file: str | None = None,
-        timeouts: WebTimeouts | None = None,
+        limits: WebLimits | None = None,
     ) -> None:
         config = load_web_config(web_config_file) if web_config_file else WebConfig()
         self._routes = routes
         self._address = listen_address
-        self._timeouts = timeouts or WebTimeouts()
+        self._limits = limits or WebLimits()
         self._watch = WebConfigWatch(web_config_file, config)
         self._ssl = ReloadingSSLContext(self._watch) if config.tls else None
         self._sock: socket.socket | None = None
@@ -144,8 +150,12 @@ class WebServer:
         if self._thread is not None:
             raise RuntimeError("WebServer already started")
         _raise_open_files_limit()
-        self._sock = _listen(self._address)
-        self._app = _App(self._routes, self._watch, self._timeouts)
+        if self._ssl is not None:
+            # A class attribute read per connection; nothing else in the daemon speaks TLS
+            # through asyncio, so shrinking it process-wide costs no one anything.
+            asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
+        self._sock = _CappedListener.adopt(_listen(self._address), self._limits.max_connections)
+        self._app = _App(self._routes, self._watch, self._limits)
         self._server = uvicorn.Server(self._uvicorn_config(self._app))
         self._thread = threading.Thread(target=self._serve, name="web-server", daemon=True)
         self._thread.start()
@@ -173,7 +183,7 @@ class WebServer:
 
     def _uvicorn_config(self, app: _App) -> uvicorn.Config:
         ssl_context = self._ssl
-        guard = _Guard(self._timeouts.request_seconds, self._watch)
+        guard = _Guard(self._limits.request_seconds, self._watch)
         config = uvicorn.Config(
             cast(Any, app),
             http=cast(
@@ -189,8 +199,8 @@ class WebServer:
             proxy_headers=False,
             server_header=False,
             backlog=BACKLOG,
-            limit_concurrency=MAX_CONNECTIONS,
-            timeout_keep_alive=self._timeouts.keep_alive_seconds,
+            limit_concurrency=self._limits.max_connections + 1,
+            timeout_keep_alive=self._limits.keep_alive_seconds,
             timeout_graceful_shutdown=2,
             ssl_context_factory=(lambda _c, _d: ssl_context) if ssl_context else None,
         )
@@ -199,7 +209,7 @@ class WebServer:
 
     def _serve(self) -> None:
         assert self._server is not None and self._sock is not None
-        loop = _EventLoop(self._timeouts.tls_handshake_seconds)
+        loop = _EventLoop(self._limits.tls_handshake_seconds)
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._server.serve(sockets=[self._sock]))
@@ -365,10 +375,10 @@ class _TokenBucket:
 class _App:
     """The raw ASGI application: config check, rate limit, auth, then the route."""
 
-    def __init__(self, routes: WebRoutes, watch: WebConfigWatch, timeouts: WebTimeouts) -> None:
+    def __init__(self, routes: WebRoutes, watch: WebConfigWatch, limits: WebLimits) -> None:
         self._routes = routes
         self._watch = watch
-        self._timeouts = timeouts
+        self._limits = limits
         self._handlers = _Workers("web-handler", HANDLER_THREADS)
         # exporter-toolkit serialises bcrypt too: it is CPU-bound and an easy DoS lever.
         self._bcrypt = _Workers("web-bcrypt", 1)
@@ -435,7 +445,7 @@ class _App:
             return True
         try:
             return await self._bcrypt.run(
-                lambda: users.verify(*credentials), self._timeouts.handler_seconds
+                lambda: users.verify(*credentials), self._limits.handler_seconds
             )
         except TimeoutError:
             return False
@@ -466,7 +476,7 @@ class _App:
     async def _call(self, scope: Scope, call: Callable[[], _Reply]) -> _Reply:
         path = scope["path"]
         try:
-            return await self._handlers.run(call, self._timeouts.handler_seconds)
+            return await self._handlers.run(call, self._limits.handler_seconds)
         except TimeoutError:
             self._log_once(path, "timeout")
             return _text(503, "Service Unavailable: handler timed out\n")
@@ -551,6 +561,50 @@ def _listen(address: str) -> socket.socket:
     except OSError as exc:
         reason = os.strerror(exc.errno).lower() if exc.errno and exc.errno > 0 else str(exc)
         raise ExporterError(f"{where}: {reason}") from exc
+
+
+class _CappedListener(socket.socket):
+    """A listening socket that closes new connections beyond a cap, at accept.
+
+    asyncio accepts without limit, and a TLS connection costs its buffers before the
+    handshake, where no protocol callback can refuse it. Counting the accepted sockets that
+    are still open bounds memory and file descriptors under a flood; deadlines then reclaim
+    the flood's sockets and the cap frees up.
+    """
+
+    _limit: int
+    _open: list[weakref.ref[socket.socket]]
+    _shedding: bool
+
+    @classmethod
+    def adopt(cls, sock: socket.socket, limit: int) -> _CappedListener:
+        """Take over a bound, listening socket."""
+        capped = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        capped._limit, capped._open, capped._shedding = limit, [], False
+        return capped
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        """Accept one connection, or close it and report none when at the cap."""
+        conn, address = super().accept()
+        if len(self._open) >= self._limit:
+            self._open = [r for r in self._open if (s := r()) is not None and s.fileno() != -1]
+        if len(self._open) >= self._limit:
+            conn.close()
+            if not self._shedding:
+                log.warning(
+                    "connection limit reached, closing new connections limit=%d", self._limit
+                )
+            self._shedding = True
+            # asyncio ends this accept round quietly on ConnectionAbortedError.
+            raise ConnectionAbortedError("connection limit reached")
+        if self._shedding:
+            log.info("connection limit no longer reached limit=%d", self._limit)
+        self._shedding = False
+        self._open.append(weakref.ref(conn))
+        # asyncio sets TCP_NODELAY only when proto is IPPROTO_TCP, and create_server() leaves
+        # it 0; without it the body waits for the header's delayed ACK (40 ms per response).
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn, address
 
 
 def _raise_open_files_limit() -> None:

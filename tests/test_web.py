@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from exporter.errors import ConfigError, ExporterError
-from exporter.web import HANDLER_THREADS, WebRoutes, WebServer, WebTimeouts
+from exporter.web import HANDLER_THREADS, WebLimits, WebRoutes, WebServer
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ PROMETHEUS_3_ACCEPT = (
     "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
     "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
 )
-FAST = WebTimeouts(tls_handshake_seconds=1.0, request_seconds=1.0, handler_seconds=2.0)
+FAST = WebLimits(tls_handshake_seconds=1.0, request_seconds=1.0, handler_seconds=2.0)
 
 
 # --- a stand-in registry with one custom collector ------------------------------------------
@@ -100,13 +100,13 @@ def make_routes(collector: StandInCollector | None = None, **overrides: Any) -> 
 
 @contextlib.contextmanager
 def serving(
-    routes: WebRoutes | None = None, web_config: str | None = None, timeouts: WebTimeouts = FAST
+    routes: WebRoutes | None = None, web_config: str | None = None, limits: WebLimits = FAST
 ) -> Iterator[WebServer]:
     server = WebServer(
         routes or make_routes(),
         listen_address="127.0.0.1:0",
         web_config_file=web_config,
-        timeouts=timeouts,
+        limits=limits,
     )
     server.start()
     try:
@@ -294,6 +294,17 @@ def test_unknown_path_is_404():
 # --- /metrics negotiation (A22) ----------------------------------------------------------------
 
 
+def test_keep_alive_responses_do_not_wait_for_delayed_acks():
+    """Headers and body go out as two writes: without TCP_NODELAY each costs a 40 ms ACK wait."""
+    with serving() as server, httpx.Client(trust_env=False) as client:
+        times = []
+        for _ in range(21):
+            started = time.perf_counter()
+            assert client.get(f"http://127.0.0.1:{server.port}/metrics").status_code == 200
+            times.append(time.perf_counter() - started)
+    assert sorted(times)[10] < 0.030
+
+
 def test_prometheus_3_gets_openmetrics_ending_in_eof():
     with serving() as server:
         reply = http_get(server, headers={"Accept": PROMETHEUS_3_ACCEPT})
@@ -453,9 +464,9 @@ def test_hung_callback_times_out_and_health_still_answers():
         release.wait(10)
         return b"{}"
 
-    timeouts = WebTimeouts(handler_seconds=0.5)
+    limits = WebLimits(handler_seconds=0.5)
     try:
-        with serving(make_routes(status=hung), timeouts=timeouts) as server:
+        with serving(make_routes(status=hung), limits=limits) as server:
             started = time.monotonic()
             replies = [http_get(server, "/status").status_code for _ in range(HANDLER_THREADS + 1)]
             assert replies == [503] * (HANDLER_THREADS + 1)
@@ -524,6 +535,30 @@ def test_slow_trickle_cannot_extend_the_request_deadline():
                 break
         assert closed
         assert time.monotonic() - started < 3.0
+
+
+def test_connections_beyond_the_cap_are_closed_at_accept(caplog):
+    caplog.set_level(logging.WARNING, logger="exporter.web")
+    limits = dataclasses.replace(FAST, max_connections=20, request_seconds=30)
+    with serving(limits=limits) as server, contextlib.ExitStack() as stack:
+        held = [
+            stack.enter_context(socket.create_connection(("127.0.0.1", server.port)))
+            for _ in range(20)
+        ]
+        with socket.create_connection(("127.0.0.1", server.port)) as extra:
+            assert closed_by_peer(extra, timeout=5)
+        assert [r.getMessage() for r in caplog.records] == [
+            "connection limit reached, closing new connections limit=20"
+        ]
+        for s in held[:5]:
+            s.close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                if http_get(server, "/-/healthy").status_code == 200:
+                    break
+        else:
+            raise AssertionError("not served again after connections were released")
 
 
 def _listen_overflows() -> int:
@@ -687,13 +722,13 @@ def test_malformed_address_names_the_flag():
 
 
 def test_stop_with_clients_mid_handshake_and_mid_request_leaks_nothing(tmp_path, pki):
-    slow = WebTimeouts(tls_handshake_seconds=30, request_seconds=30)
+    slow = WebLimits(tls_handshake_seconds=30, request_seconds=30)
     with contextlib.ExitStack() as clients:
         started = time.monotonic()
-        with serving(web_config=tls_config(tmp_path, pki), timeouts=slow) as tls_server:
+        with serving(web_config=tls_config(tmp_path, pki), limits=slow) as tls_server:
             clients.enter_context(socket.create_connection(("127.0.0.1", tls_server.port)))
             assert https_get(tls_server, client_context(pki)).status_code == 200
-        with serving(timeouts=slow) as server:
+        with serving(limits=slow) as server:
             half = clients.enter_context(socket.create_connection(("127.0.0.1", server.port)))
             half.sendall(b"GET /metrics HTTP/1.1\r\n")
             assert http_get(server, "/-/healthy").status_code == 200
