@@ -229,6 +229,12 @@ def build_ssl_context(tls: TlsSettings, path: str) -> ssl.SSLContext:
             ctx.set_ecdh_curve(tls.curve)
     except (ssl.SSLError, ValueError) as exc:
         raise ConfigError(path, "tls_server_config", f"rejected by OpenSSL: {exc}") from exc
+    _load_files(ctx, tls, path)
+    ctx.verify_mode = _VERIFY_MODES[tls.client_auth_type]
+    return ctx
+
+
+def _load_files(ctx: ssl.SSLContext, tls: TlsSettings, path: str) -> None:
     try:
         ctx.load_cert_chain(tls.cert_file, tls.key_file)
     except (OSError, ssl.SSLError) as exc:
@@ -240,47 +246,53 @@ def build_ssl_context(tls: TlsSettings, path: str) -> ssl.SSLContext:
         except (OSError, ssl.SSLError) as exc:
             reason = f"cannot load client CA: {_one_line(exc)}"
             raise ConfigError(path, "tls_server_config.client_ca_file", reason) from exc
-    ctx.verify_mode = _VERIFY_MODES[tls.client_auth_type]
-    return ctx
 
 
 def _parse_tls(section: Mapping[str, Any], path: str, base: str) -> TlsSettings | None:
     if not section:
         return None
     _reject_unknown(section, _TLS_KEYS, path, "tls_server_config")
-    for inline in ("cert", "key"):
-        if section.get(inline) is not None:
-            reason = f"inline certificates are not supported; use {inline}_file"
-            raise ConfigError(path, f"tls_server_config.{inline}", reason)
-    where = "tls_server_config"
-    cert = _string(section, "cert_file", path, where)
-    key = _string(section, "key_file", path, where)
-    if not cert or not key:
-        missing = "cert_file" if not cert else "key_file"
-        raise ConfigError(path, f"{where}.{missing}", "required when TLS is configured")
-    ca_file = _string(section, "client_ca_file", path, where)
-    ca_pem = _string(section, "client_ca", path, where)
+    cert, key = _cert_pair(section, path)
+    ca_file = _string(section, "client_ca_file", path, "tls_server_config")
+    ca_pem = _string(section, "client_ca", path, "tls_server_config")
     auth = _client_auth(section, path, ca_file or ca_pem)
-    sans = _string_list(section, "client_allowed_sans", path, where)
     low, high = _versions(section, path)
-    if sans and auth is not ClientAuthType.REQUIRE_AND_VERIFY_CLIENT_CERT:
-        reason = "requires client_auth_type: RequireAndVerifyClientCert"
-        raise ConfigError(path, f"{where}.client_allowed_sans", reason)
+    prefer = _bool(section, "prefer_server_cipher_suites", True, path, "tls_server_config")
     return TlsSettings(
         cert_file=_join(base, cert),
         key_file=_join(base, key),
         client_ca_file=_join(base, ca_file) if ca_file else None,
-        client_ca_pem=ca_pem or None,
+        client_ca_pem=ca_pem,
         client_auth_type=auth,
         min_version=low,
         max_version=high,
         ciphers=_ciphers(section, path),
         curve=_curve(section, path),
-        prefer_server_cipher_suites=_bool(
-            section, "prefer_server_cipher_suites", True, path, where
-        ),
-        client_allowed_sans=tuple(sans),
+        prefer_server_cipher_suites=prefer,
+        client_allowed_sans=_allowed_sans(section, path, auth),
     )
+
+
+def _cert_pair(section: Mapping[str, Any], path: str) -> tuple[str, str]:
+    for inline in ("cert", "key"):
+        if section.get(inline) is not None:
+            reason = f"inline certificates are not supported; use {inline}_file"
+            raise ConfigError(path, f"tls_server_config.{inline}", reason)
+    cert = _string(section, "cert_file", path, "tls_server_config")
+    key = _string(section, "key_file", path, "tls_server_config")
+    if not cert or not key:
+        missing = "cert_file" if not cert else "key_file"
+        raise ConfigError(path, f"tls_server_config.{missing}", "required when TLS is configured")
+    return cert, key
+
+
+def _allowed_sans(section: Mapping[str, Any], path: str, auth: ClientAuthType) -> tuple[str, ...]:
+    sans = _string_list(section, "client_allowed_sans", path, "tls_server_config")
+    # Only a required, verified certificate leaves something to match (exporter-toolkit too).
+    if sans and auth is not ClientAuthType.REQUIRE_AND_VERIFY_CLIENT_CERT:
+        reason = "requires client_auth_type: RequireAndVerifyClientCert"
+        raise ConfigError(path, "tls_server_config.client_allowed_sans", reason)
+    return tuple(sans)
 
 
 def _client_auth(section: Mapping[str, Any], path: str, has_ca: str | None) -> ClientAuthType:

@@ -625,6 +625,16 @@ def test_require_and_verify_client_cert(tmp_path, pki):
             assert https_get(server, good).status_code == 200
 
 
+def test_inline_client_ca(tmp_path, pki):
+    pem = "".join(f"    {line}\n" for line in pki.ca.read_text().splitlines())
+    extra = f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca: |\n{pem}"
+    with serving(web_config=tls_config(tmp_path, pki, extra)) as server:
+        good = client_context(pki, pki.client_cert, pki.client_key)
+        assert https_get(server, good).status_code == 200
+        with pytest.raises((httpx.TransportError, ssl.SSLError)):
+            https_get(server, client_context(pki, pki.foreign_cert, pki.foreign_key))
+
+
 def test_verify_client_cert_if_given(tmp_path, pki):
     extra = "  client_ca_file: ca.crt\n  client_auth_type: VerifyClientCertIfGiven\n"
     with serving(web_config=tls_config(tmp_path, pki, extra)) as server:
@@ -714,6 +724,19 @@ def test_bind_failure_names_the_flag():
         str(info.value)
         == f"cannot listen on {taken} (--web.listen-address): address already in use"
     )
+
+
+def test_port_zero_on_all_interfaces():
+    server = WebServer(make_routes(), listen_address=":0")
+    server.start()
+    try:
+        assert server.port > 0
+        assert http_get(server, "/-/healthy").status_code == 200
+        if socket.has_dualstack_ipv6():
+            with httpx.Client(trust_env=False) as client:
+                assert client.get(f"http://[::1]:{server.port}/-/healthy").status_code == 200
+    finally:
+        server.stop()
 
 
 def test_malformed_address_names_the_flag():
