@@ -694,6 +694,19 @@ def test_rotated_certificate_is_presented_on_the_next_connection(tmp_path, pki):
         assert presented_certificate(server, pki) == der_of(pki.rotated_cert)
 
 
+def test_tls_settings_changed_at_runtime_apply_to_the_next_connection(tmp_path, pki):
+    config = tls_config(tmp_path, pki)
+    old = client_context(pki)
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    with serving(web_config=config) as server:
+        assert https_get(server, old).status_code == 200
+        text = Path(config).read_text() + "  min_version: TLS13\n"
+        write_config(tmp_path, text)
+        with pytest.raises(httpx.ConnectError):
+            https_get(server, old)
+        assert https_get(server, client_context(pki)).status_code == 200
+
+
 def test_half_rotated_certificate_keeps_the_old_one(tmp_path, pki, caplog):
     with serving(web_config=tls_config(tmp_path, pki)) as server:
         caplog.set_level(logging.ERROR, logger="exporter.webconfig")
