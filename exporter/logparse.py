@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Final
 
@@ -18,6 +18,9 @@ from exporter.model import FailureReason, LogClass, LogEvent
 
 #: Longest text an event carries; a longer line is cut (engines print megabyte-long args).
 MAX_LINE_CHARS: Final = 8192
+#: Patterns look at the start of a line only: what they seek comes first, and a regex over
+#: a kilobytes-long argument dump costs tens of milliseconds.
+MATCH_CHARS: Final = 2048
 #: Lines after a traceback header within which its final exception line is awaited.
 _TRACEBACK_BUDGET: Final = 200
 #: A yearless stamp this far past the read time belongs to the previous year.
@@ -46,6 +49,8 @@ _SECRET_ENV = re.compile(r"\b([A-Z][A-Z0-9_]*(?:API_KEY|TOKEN|SECRET|PASSWORD))=
 _SECRET_BEARER = re.compile(r"\b(Bearer|Basic)(\s+)[A-Za-z0-9._~+/=-]{6,}", re.I)
 _SECRET_OPENAI = re.compile(r"\bsk-[A-Za-z0-9_-]{3,}")
 _SECRET_HF = re.compile(r"\bhf_[A-Za-z0-9]{16,}")
+# Every secret pattern above contains one of these; most lines contain none.
+_SECRET_HINT = re.compile(r"key|token|secret|passw|bearer|basic|sk-|hf_", re.I)
 
 
 def _redact_value(m: re.Match[str]) -> str:
@@ -63,6 +68,8 @@ def redact(text: str) -> str:
     Covers ``--api-key X``, ``--api-key=X``, ``'api_key': '...'``, ``api_key=[...]``,
     ``VLLM_API_KEY=...``, ``Bearer ...``, OpenAI-style ``sk-...`` and Hugging Face ``hf_...``.
     """
+    if not _SECRET_HINT.search(text):
+        return text
     text = _SECRET_FLAG.sub(_redact_value, text)
     text = _SECRET_QUOTED.sub(_redact_value, text)
     text = _SECRET_BARE.sub(_redact_value, text)
@@ -171,6 +178,8 @@ _ERROR_LEVEL = re.compile(
     r"\b(?:ERROR|CRITICAL|FATAL)\b|\[E[\] ]|^E\d{4} |^Error: |^[\w.]*(?:Error|Exception): "
 )
 _WARNING_LEVEL = re.compile(r"\b(?:WARNING|WARN)\b|\[W\]|^W\d{4} |\w+Warning: |^Warning: ")
+#: Markers an engine prints once per launch: what came before belongs to an earlier run.
+_LAUNCH_MARKERS: Final = frozenset({"server_args", "engine_init"})
 _REASON_ORDER: Final[dict[FailureReason | None, int]] = {
     FailureReason.OOM: 0,
     FailureReason.NCCL: 1,
@@ -205,6 +214,36 @@ def _count(value: str) -> int:
     return int(float(number) * scale)
 
 
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+
+
+class _PatternSet:
+    """Patterns checked in order, behind one combined regex that rules most lines out at once.
+
+    Without the screen a line costs one search per pattern (about 40 per engine).
+    """
+
+    def __init__(self, patterns: Iterable[LogPattern]) -> None:
+        self.patterns = tuple(patterns)
+        self._screen: re.Pattern[str] | None = None
+        alternatives = "|".join(
+            f"(?:{_NAMED_GROUP.sub('(?:', p.regex.pattern)})" for p in self.patterns
+        )
+        try:
+            self._screen = re.compile(alternatives, re.IGNORECASE) if self.patterns else None
+        except re.error:  # e.g. a user pattern with inline global flags: check one by one
+            self._screen = None
+
+    def first(self, text: str) -> tuple[LogPattern, re.Match[str]] | None:
+        """The first pattern (in order) that matches, with its match."""
+        if not self.patterns or (self._screen and not self._screen.search(text)):
+            return None
+        for p in self.patterns:
+            if m := p.regex.search(text):
+                return p, m
+        return None
+
+
 @dataclass(slots=True)
 class _Traceback:
     """An open Python traceback: awaiting its final exception line."""
@@ -223,21 +262,27 @@ class LogClassifier:
 
     def __init__(self, profile: LogProfile, patterns: LogPatterns | None = None) -> None:
         user = patterns or LogPatterns()
-        self._user_fatal = _user_patterns(user.fatal, LogClass.FATAL)
-        self._user_benign = _user_patterns(user.benign, LogClass.BENIGN)
-        self._user_markers = _user_patterns(user.markers, LogClass.MARKER)
-        self._fatal = tuple(
+        self._user_fatal = _PatternSet(_user_patterns(user.fatal, LogClass.FATAL))
+        self._user_benign = _PatternSet(_user_patterns(user.benign, LogClass.BENIGN))
+        self._user_markers = _PatternSet(_user_patterns(user.markers, LogClass.MARKER))
+        self._fatal = _PatternSet(
             sorted(profile.fatal, key=lambda p: _REASON_ORDER.get(p.fatal_reason, 9))
         )
-        self._benign = profile.benign
-        self._wrappers = profile.wrappers
-        self._markers = profile.markers
+        self._benign = _PatternSet(profile.benign)
+        self._wrappers = _PatternSet(profile.wrappers)
+        self._markers = _PatternSet(profile.markers)
         self._year: int | None = None
         self._ended: set[str] = set()
         self._model_index = 0
         self._traceback: _Traceback | None = None
         #: Timestamp parsed from the last line given to ``classify``; None if it had none.
         self.last_timestamp: float | None = None
+
+    def reset(self) -> None:
+        """Forget what belongs to one run of the engine (call it when the process changes)."""
+        self._ended.clear()
+        self._model_index = 0
+        self._traceback = None
 
     def classify(
         self, line: str, *, at: float, line_no: int | None = None, line_time: bool = True
@@ -254,7 +299,7 @@ class LogClassifier:
         self.last_timestamp = None
         events: list[LogEvent] = []
         for piece in split_updates(line):
-            text = clean(piece)
+            text = clean(piece[: 4 * MAX_LINE_CHARS])  # ANSI codes take room; the rest is cut
             if not text.strip():
                 continue
             when = self._timestamp(text, at) if line_time else None
@@ -275,23 +320,24 @@ class LogClassifier:
         return when
 
     def _event(self, text: str, at: float, line_no: int | None) -> LogEvent:
-        return (
-            self._match_fatal(text, at, line_no)
-            or self._match_benign(text, at, line_no)
-            or self._match_traceback(text, at, line_no)
-            or self._match_marker(text, at, line_no)
-            or LogEvent(self._level(text), text, at, line_no=line_no)
+        head = text[:MATCH_CHARS]
+        event = (
+            self._match_fatal(head, at, line_no)
+            or self._match_benign(head, at, line_no)
+            or self._match_traceback(head, at, line_no)
+            or self._match_marker(head, at, line_no)
+            or LogEvent(self._level(head), head, at, line_no=line_no)
         )
+        return replace(event, text=text) if len(text) > len(head) else event
 
     def _match_fatal(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
-        for p in self._user_fatal:
-            if p.regex.search(text):
-                return self._fatal_event(text, at, line_no, infer_reason(text))
-        if any(p.regex.search(text) for p in self._user_benign):
+        if self._user_fatal.first(text):
+            return self._fatal_event(text, at, line_no, infer_reason(text))
+        if self._user_benign.first(text):
             return LogEvent(LogClass.BENIGN, text, at, line_no=line_no)
-        for p in self._fatal:
-            if p.regex.search(text):
-                return self._fatal_event(text, at, line_no, p.fatal_reason or FailureReason.CRASH)
+        if found := self._fatal.first(text):
+            reason = found[0].fatal_reason or FailureReason.CRASH
+            return self._fatal_event(text, at, line_no, reason)
         return None
 
     def _fatal_event(
@@ -301,14 +347,14 @@ class LogClassifier:
         return LogEvent(LogClass.FATAL, text, at, fatal_reason=reason, line_no=line_no)
 
     def _match_benign(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
-        if any(p.regex.search(text) for p in self._benign):
+        if self._benign.first(text):
             if self._traceback and _EXCEPTION.search(text):
                 self._traceback = None  # e.g. EngineDeadError closing a stop's traceback
             return LogEvent(LogClass.BENIGN, text, at, line_no=line_no)
         return None
 
     def _match_traceback(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
-        if any(p.regex.search(text) for p in self._wrappers):
+        if self._wrappers.first(text):
             self._traceback = _Traceback(fatal=True)
             return LogEvent(LogClass.ERROR, text, at, marker="traceback", line_no=line_no)
         if _TRACEBACK_HEAD.search(text):
@@ -332,18 +378,18 @@ class LogClassifier:
         return None
 
     def _match_marker(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
-        for p in self._user_markers:
-            if p.regex.search(text):
-                return LogEvent(LogClass.MARKER, text, at, marker="user", line_no=line_no)
-        for p in self._markers:
-            m = p.regex.search(text)
-            if m is None:
-                continue
-            if p.cls is LogClass.PROGRESS:
-                return self._progress_event(p, m, text, at, line_no)
-            self._track_model(p.marker, text)
-            return LogEvent(p.cls, text, at, phase=p.phase, marker=p.marker, line_no=line_no)
-        return None
+        if self._user_markers.first(text):
+            return LogEvent(LogClass.MARKER, text, at, marker="user", line_no=line_no)
+        found = self._markers.first(text)
+        if found is None:
+            return None
+        p, m = found
+        if p.cls is LogClass.PROGRESS:
+            return self._progress_event(p, m, text, at, line_no)
+        if p.marker in _LAUNCH_MARKERS:
+            self.reset()
+        self._track_model(p.marker, text)
+        return LogEvent(p.cls, text, at, phase=p.phase, marker=p.marker, line_no=line_no)
 
     def _progress_event(
         self, p: LogPattern, m: re.Match[str], text: str, at: float, line_no: int | None

@@ -268,6 +268,17 @@ def test_a_draft_models_second_load_has_its_own_progress_key():
     assert bars == [("shards", (15, 15)), ("draft:shards", (0, 1))]
 
 
+def test_a_relaunched_engine_loads_its_main_model_again():
+    load = (
+        "[2026-08-01 23:37:50] Load weight begin. avail mem=115.36 GB",
+        "Loading safetensors checkpoint shards:  50% Completed | 7/14 [00:03<00:04]",
+        "[2026-08-01 23:39:39] Load weight end. elapsed=109.33 s",
+    )
+    relaunch = "[2026-08-02 08:00:00] server_args=ServerArgs(model_path='m', tp_size=1)"
+    events = classify("sglang", *load, relaunch, *load)
+    assert [e.progress_key for e in events if e.progress] == ["shards", "shards"]
+
+
 def test_tensor_parallel_ranks_loading_together_share_the_main_key():
     lines = [f"[2025-03-08 12:29:13 TP{r}] Load weight begin. avail mem=21.63 GB" for r in range(4)]
     lines.append("Loading safetensors checkpoint shards:  50% Completed | 7/14 [00:03<00:04]")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
+from exporter.model import LogClass
 from exporter.replaylog import detect_engine, read_lines, replay
 
 LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "logs"
@@ -128,5 +129,5 @@ def test_carriage_returns_are_kept_as_updates_of_one_line(tmp_path):
     )
     result = replay(read_lines(log), "vllm")
     assert result.progress == ("shards", 5, 5)
-    assert result.classes["progress"] == 6
+    assert result.classes[LogClass.PROGRESS] == 6
     assert [(p.phase, p.line) for p in result.phases] == [("loading", 1), ("initializing", 3)]

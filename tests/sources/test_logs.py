@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,9 +50,9 @@ def texts(events: Sequence[LogEvent]) -> list[str]:
 
 
 @pytest.fixture
-def closing() -> Iterator[Callable]:
+def closing() -> Iterator[Callable[[Any], Any]]:
     """Register sources to be closed at the end of the test."""
-    sources: list = []
+    sources: list[Any] = []
 
     def register(source):
         sources.append(source)
