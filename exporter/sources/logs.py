@@ -506,11 +506,15 @@ class JournalLogSource(_JournalFollower):
         r = self._reader
         r.seek_tail()
         last = r.get_previous()
-        invocation = last.get("_SYSTEMD_INVOCATION_ID") if last else None
+        # The unit's own lines carry _SYSTEMD_INVOCATION_ID; systemd's lines about it
+        # ("Failed with result 'oom-kill'") carry INVOCATION_ID.
+        invocation = last and (last.get("_SYSTEMD_INVOCATION_ID") or last.get("INVOCATION_ID"))
         if not invocation:
             return  # nothing logged yet (or no invocation id): follow new entries
         r.flush_matches()
         r.add_match(_SYSTEMD_INVOCATION_ID=str(invocation))
+        r.add_disjunction()
+        r.add_match(INVOCATION_ID=str(invocation), UNIT=self.unit)
         r.seek_head()
         first = r.get_next()
         self._match_unit()

@@ -341,7 +341,7 @@ def export_entry(
         "PRIORITY": "6",
         **(fields or {}),
     }
-    body = b"".join(f"{k}={v}\n".encode() for k, v in head.items())
+    body = b"".join(f"{k}={v}\n".encode() for k, v in head.items() if v)
     data = message.encode() if isinstance(message, str) else message
     return body + b"MESSAGE\n" + struct.pack("<Q", len(data)) + data + b"\n\n"
 
@@ -468,6 +468,21 @@ def test_without_a_cursor_reading_starts_at_the_latest_invocation(journal, closi
         "INFO 05-12 02:45:10 this run begins",
         "INFO 05-12 02:45:11 and goes on",
     ]
+
+
+@pytest.mark.integration
+def test_a_failed_run_ending_in_systemds_own_line_is_read_from_its_start(journal, closing):
+    journal.write("INFO 05-12 01:00:00 an earlier run", invocation=INVOCATION_OLD)
+    journal.write("INFO 05-12 02:45:10 Starting to load model /m...")
+    journal.write(
+        f"{UNIT}: Failed with result 'oom-kill'.",
+        unit="init.scope",
+        invocation="",
+        fields={"UNIT": UNIT, "_PID": "1", "INVOCATION_ID": INVOCATION_NEW},
+    )
+    events = closing(journal.source()).read()
+    assert [e.marker for e in events] == ["weights_begin", None]
+    assert events[-1].fatal_reason is FailureReason.OOM
 
 
 @pytest.mark.integration
