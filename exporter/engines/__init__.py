@@ -23,6 +23,9 @@ class Engine:
         listens_while_loading: the port answers (503) during the load, as llama.cpp does;
             the others refuse connections until ready (ENGINES.md section 3).
         log: markers, fatal patterns and benign noise of its logs.
+        process_words: regex naming its server process on a command line; with the target's
+            port it finds a server that does not listen yet (vLLM, SGLang and TGI refuse
+            connections for the whole load).
     """
 
     name: str
@@ -31,24 +34,40 @@ class Engine:
     completion_path: str = "/v1/completions"
     listens_while_loading: bool = False
     log: LogProfile = field(default_factory=LogProfile)
+    process_words: str = ""
 
 
 def _builtin() -> dict[str, Engine]:
     from exporter.engines import llamacpp, openai, sglang, tgi, triton, trtllm, vllm
 
     engines = [
-        Engine("sglang", "SGLang", log=sglang.LOG_PROFILE),
-        Engine("vllm", "vLLM", log=vllm.LOG_PROFILE),
-        Engine("tgi", "Text Generation Inference", log=tgi.LOG_PROFILE),
+        Engine("sglang", "SGLang", log=sglang.LOG_PROFILE, process_words=r"sglang"),
+        Engine("vllm", "vLLM", log=vllm.LOG_PROFILE, process_words=r"vllm"),
         Engine(
-            "llamacpp", "llama.cpp server", listens_while_loading=True, log=llamacpp.LOG_PROFILE
+            "tgi",
+            "Text Generation Inference",
+            log=tgi.LOG_PROFILE,
+            process_words=r"text-generation-launcher",
         ),
-        Engine("trtllm", "TensorRT-LLM (trtllm-serve)", log=trtllm.LOG_PROFILE),
+        Engine(
+            "llamacpp",
+            "llama.cpp server",
+            listens_while_loading=True,
+            log=llamacpp.LOG_PROFILE,
+            process_words=r"llama-server|llama_cpp\.server",
+        ),
+        Engine(
+            "trtllm",
+            "TensorRT-LLM (trtllm-serve)",
+            log=trtllm.LOG_PROFILE,
+            process_words=r"trtllm-serve",
+        ),
         Engine(
             "triton",
             "Triton Inference Server",
             health_path="/v2/health/ready",
             log=triton.LOG_PROFILE,
+            process_words=r"tritonserver",
         ),
         Engine("openai", "generic OpenAI-compatible server", log=openai.LOG_PROFILE),
     ]

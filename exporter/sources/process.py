@@ -18,6 +18,7 @@ from typing import Final, Protocol
 import psutil
 
 from exporter.config import Target
+from exporter.engines import ENGINES
 from exporter.errors import SourceError
 from exporter.model import ProcessSample
 
@@ -209,7 +210,33 @@ def _make_finder(target: Target, cgroup_root: str) -> _Finder:
         return _PidfileFinder(target.pidfile, target.name)
     if target.cmdline:
         return _CmdlineFinder(target.cmdline)
-    return _PortFinder(target.port)
+    words = ENGINES[target.engine].process_words if target.engine in ENGINES else ""
+    if not words:
+        return _PortFinder(target.port)
+    # Before the engine listens, its command line names it and its port.
+    pattern = rf"(?:{words}).*--port[= ]{target.port}(?!\d)"
+    return _PortThenCmdlineFinder(_PortFinder(target.port), _CmdlineFinder(pattern))
+
+
+class _PortThenCmdlineFinder:
+    """The port's listener; until the engine listens, its command line with that port."""
+
+    def __init__(self, port: _PortFinder, cmdline: _CmdlineFinder) -> None:
+        self._port, self._cmdline = port, cmdline
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """The listener if there is one, else the matching command line."""
+        found = self._port.find(tracked, full)
+        if found is not None:
+            return found
+        try:
+            return self._cmdline.find(None, full)
+        except SourceError:
+            return None  # hidden processes: the port finder already reported what it could
+
+    def members(self) -> list[int] | None:
+        """Unknown: the tree is walked from the main process."""
+        return None
 
 
 class _UnitFinder:

@@ -506,3 +506,49 @@ def test_sampling_cost_stays_small_for_a_known_tree(make_tree, tmp_path):
         sample(source)
     per_tick = (time.perf_counter() - started) / 20
     assert per_tick < 0.25  # generous: a tick is 1 s and other sources share it
+
+
+@pytest.mark.integration
+def test_default_finder_sees_an_engine_that_does_not_listen_yet(tmp_path):
+    """vLLM/SGLang refuse connections for the whole load: the port has no listener, but the
+    engine's command line names the engine and the port."""
+    port = 30000 + os.getpid() % 20000
+    loading = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(60)",
+            "-m",
+            "sglang.launch_server",
+            "--port",
+            str(port),
+        ]
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "sglang", "--port", str(port) + "1"]
+    )
+    try:
+        target = Target(
+            name="t",
+            engine="sglang",
+            base_url=f"http://127.0.0.1:{port}",
+            health_path="/health",
+            probe_timeout_seconds=0.5,
+        )
+        deadline = time.monotonic() + 5
+        sample = None
+        while sample is None and time.monotonic() < deadline:
+            sample = ProcessSource(target).sample()
+        assert sample is not None and sample.pid == loading.pid
+        generic = Target(
+            name="g",
+            engine="openai",
+            base_url=f"http://127.0.0.1:{port}",
+            health_path="/health",
+            probe_timeout_seconds=0.5,
+        )
+        assert ProcessSource(generic).sample() is None  # no engine words: port only
+    finally:
+        for p in (loading, other):
+            p.kill()
+            p.wait()
