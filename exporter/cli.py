@@ -138,7 +138,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def _configure_check(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config.file", dest="config_file", required=True, help="TOML config file")
-    p.add_argument("config", nargs="?", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        default=None,
+        help="also validate this exporter-toolkit web config",
+    )
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -191,21 +196,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def check_config(args: argparse.Namespace) -> int:
-    """Validate a config file: one line per problem on stderr, exit 2; else exit 0."""
+    """Validate a config file (and web config): one line per problem on stderr, exit 2."""
     from exporter.config import load_settings
+    from exporter.sources.probe import load_api_key
+    from exporter.webconfig import validate_web_config
 
+    problems: list[str] = []
     try:
         settings = load_settings(args.config_file)
     except ConfigErrors as exc:
-        for err in exc.errors:
-            print(err, file=sys.stderr)
+        problems.extend(str(e) for e in exc.errors)
+        settings = None
+    for target in settings.targets if settings else ():
+        try:
+            load_api_key(target)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if args.web_config_file:
+        try:
+            validate_web_config(args.web_config_file)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems or settings is None:
         return EXIT_USAGE
     print(f"{args.config_file}: OK ({len(settings.targets)} targets)")
     return EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the daemon until SIGTERM or SIGINT; SIGHUP reloads nothing yet but is logged."""
+    """Run the daemon until SIGTERM or SIGINT; SIGHUP reloads the config."""
     from exporter.config import load_settings
 
     configure_logging(args.log_level, args.log_format)

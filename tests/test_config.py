@@ -169,3 +169,38 @@ def test_fuzzed_configs_give_settings_or_config_errors_never_a_crash(data):
         for err in exc.errors:
             line = str(err)
             assert line.startswith("fuzz.toml: ") and "\n" not in line
+
+
+@pytest.mark.integration
+def test_check_config_also_checks_key_files_and_the_web_config(tmp_path):
+    key = tmp_path / "key"
+    key.write_text("sk-secret\n")
+    key.chmod(0o644)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[[target]]\nname = "a"\nbase_url = "http://127.0.0.1:1"\napi_key_file = "{key}"\n'
+    )
+    web = tmp_path / "web.yml"
+    web.write_text("tls_config: {}\n")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "check-config",
+            "--config.file",
+            str(cfg),
+            "--web.config.file",
+            str(web),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert run.returncode == 2
+    lines = run.stderr.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"{key}: api_key_file: is readable by other users")
+    assert lines[1] == f"{web}: tls_config: unknown key"
+    assert "sk-secret" not in run.stderr
