@@ -145,18 +145,18 @@ def replay(
     reason: FailureReason | None = None
     for ln in classified:
         now = max(now, ln.at or now)
-        events = ln.events
-        obs = Observation(target=_TARGET, at=now, process=process, log_events=events)
+        obs = Observation(target=_TARGET, at=now, process=process, log_events=ln.events)
         before, state = state.phase, step(state, obs, now, Thresholds())
         if state.phase is not before:
             phases.append(PhaseChange(state.phase, ln.number, ln.at))
             if state.phase is Phase.FAILED and reason is None:
-                reason = _fatal_reason(events) or state.failure_reason
+                reason = _fatal_reason(ln.events) or state.failure_reason
+    outcome = _outcome(phases)
     return Replay(
         engine=name or "openai",
         detected=engine is None and name is not None,
-        outcome=_outcome(phases),
-        reason=reason if _outcome(phases) == "failed" else None,
+        outcome=outcome,
+        reason=reason if outcome == "failed" else None,
         phases=tuple(phases),
         progress=_weights_progress(e for ln in classified for e in ln.events),
         classes=_count_classes(e for ln in classified for e in ln.events),
