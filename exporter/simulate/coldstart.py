@@ -410,6 +410,8 @@ class ColdStart:
         self._server.close()
         for worker in self._workers:
             worker.stop()
+        for worker in self._workers:
+            worker.reap()
         if self._publisher is not None:
             with contextlib.suppress(OSError):
                 self._publisher.close()

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import mmap
 import os
+import select
 import signal
 import sys
 import time
@@ -25,24 +26,95 @@ from exporter.simulate.plan import ALIGN, WorkerPlan, chunk_size
 _PR_SET_PDEATHSIG: Final = 1
 
 
+class _Stopped(Exception):
+    """SIGTERM or a ``stop`` command: exit; the parent may or may not be alive."""
+
+
+class _ParentGone(Exception):
+    """stdin closed without ``stop``, or stdout broke: the parent died."""
+
+
+class _Commands:
+    """stdin command lines and SIGTERM, waited on together in one ``select``.
+
+    The SIGTERM handler never raises: a signal landing in the middle of the orphan cleanup must
+    not cut it short. It only wakes the ``select`` through ``signal.set_wakeup_fd``.
+    """
+
+    def __init__(self) -> None:
+        self._wake, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGTERM, _note_signal)
+        self._pending = b""
+        self._eof = False
+
+    def next(self, timeout: float | None) -> str | None:
+        """The next command, or None when ``timeout`` passes first.
+
+        Raises:
+            _Stopped: SIGTERM arrived, or the command was ``stop``.
+            _ParentGone: stdin closed without ``stop``.
+        """
+        while b"\n" not in self._pending and not self._eof:
+            ready, _, _ = select.select([0, self._wake], [], [], timeout)
+            if self._wake in ready:
+                raise _Stopped
+            if not ready:
+                return None
+            chunk = os.read(0, 4096)
+            self._eof = not chunk
+            self._pending += chunk
+        if b"\n" not in self._pending:
+            raise _ParentGone
+        line, _, self._pending = self._pending.partition(b"\n")
+        if line == b"stop":
+            raise _Stopped
+        return line.decode()
+
+
+def _note_signal(signum: int, frame: FrameType | None) -> None:
+    pass  # the wakeup fd carries it to _Commands.next
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one worker: wait for ``load`` on stdin, read, then idle until stdin closes."""
+    """Run one worker: wait for ``load`` on stdin, read, then idle until ``stop`` or SIGTERM."""
     args = sys.argv[1:] if argv is None else argv
     plan = WorkerPlan.from_json(args[0])
     _die_with_parent()
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process to handle
+    commands = _Commands()
+    orphaned = False
     try:
-        if os.getppid() != plan.parent:
-            return 0
-        held = _load(plan) if sys.stdin.readline().strip() == "load" else []
-        sys.stdin.read()  # idle, holding the weights, until the parent closes the pipe
-        del held
-    except BrokenPipeError:
+        if commands.next(None) == "load":
+            _weights = _load(plan, commands)  # kept referenced: RSS stays up while idle
+            while True:
+                commands.next(None)
+    except _Stopped:
         pass
-    finally:
-        if os.getppid() != plan.parent:
-            _clean_up_after(plan)
+    except (_ParentGone, BrokenPipeError):
+        orphaned = True
+        with contextlib.suppress(OSError):
+            # Nobody reads our stdout any more; spare stderr the flush-at-exit BrokenPipeError.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if orphaned or os.getppid() != plan.parent:
+        _clean_up_if_orphaned(plan)
     return 0
+
+
+def _clean_up_if_orphaned(plan: WorkerPlan) -> None:
+    """Once the parent's death is certain (we were re-parented), remove its weight files."""
+    # The parent's pipes close before the kernel re-parents us and sends the death signal.
+    deadline = time.monotonic() + 2.0
+    while os.getppid() == plan.parent:
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
+    for path in plan.cleanup:
+        path.unlink(missing_ok=True)
+    if plan.cleanup_dir is not None:
+        with contextlib.suppress(OSError):
+            plan.cleanup_dir.rmdir()
 
 
 def _die_with_parent() -> None:
@@ -54,11 +126,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(0)
-
-
-def _load(plan: WorkerPlan) -> list[bytes]:
+def _load(plan: WorkerPlan, commands: _Commands) -> list[bytes]:
     """Read this worker's chunks of every segment at its rate; returns what it read."""
     held: list[bytes] = []
     total = 0
@@ -76,7 +144,7 @@ def _load(plan: WorkerPlan) -> list[bytes]:
                 held.append(buf[:got])
                 total += got
                 _report(f"bytes {total}")
-                _pace(started, total, plan.bytes_per_second)
+                _pace(started + total / plan.bytes_per_second, commands)
         finally:
             os.close(fd)
         _report(f"done {index}")
@@ -107,23 +175,14 @@ def _direct_reads_work(fd: int) -> bool:
     return True
 
 
-def _pace(started: float, done: int, bytes_per_second: float) -> None:
-    ahead = started + done / bytes_per_second - time.monotonic()
-    if ahead > 0:
-        time.sleep(ahead)
+def _pace(until: float, commands: _Commands) -> None:
+    while (ahead := until - time.monotonic()) > 0:
+        commands.next(ahead)
 
 
 def _report(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
-
-
-def _clean_up_after(plan: WorkerPlan) -> None:
-    for path in plan.cleanup:
-        path.unlink(missing_ok=True)
-    if plan.cleanup_dir is not None:
-        with contextlib.suppress(OSError):
-            plan.cleanup_dir.rmdir()
 
 
 if __name__ == "__main__":

@@ -56,10 +56,14 @@ class Worker:
         self._send("load\n")
 
     def stop(self) -> None:
-        """End the worker (closing its stdin, then SIGTERM, then SIGKILL) and reap it."""
+        """Tell the worker to stop (so it knows the parent is not dying) and end it."""
+        self._send("stop\n")
         self._close(self._proc.stdin)
         if self.alive():
             self._proc.terminate()
+
+    def reap(self) -> None:
+        """Wait for the stopped worker (SIGKILL after 2 s) and release its pipes."""
         try:
             self._proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
