@@ -48,6 +48,8 @@ from exporter.sources.process import ProcessSource
 
 log = logging.getLogger(__name__)
 T_ = TypeVar("T_")
+#: Log lines classified per target per tick; a backlog drains over the next ticks.
+LOG_LINES_PER_TICK: Final = 1000
 _WEIGHT_SUFFIXES: Final = (".safetensors", ".gguf", ".bin", ".pt", ".pth", ".engine")
 
 
@@ -59,6 +61,7 @@ class _Watched:
     process: ProcessSource
     prober: Prober
     logs: LogSource | None
+    classifier: LogClassifier
     thresholds: Thresholds
     state: TargetState
     next_completion_at: float = 0.0
@@ -139,6 +142,7 @@ class Daemon:
             process=ProcessSource(target),
             prober=Prober(target),
             logs=logs,
+            classifier=classifier,
             thresholds=self._thresholds(target),
             state=state,
         )
@@ -239,8 +243,8 @@ class Daemon:
         proc = run_source("process", w.process.sample, target=name)
         statuses.append(proc.status)
         events: tuple[LogEvent, ...] = ()
-        if w.logs is not None:
-            logs = run_source("logs", w.logs.read, target=name)
+        if (log_source := w.logs) is not None:
+            logs = run_source("logs", lambda: log_source.read(LOG_LINES_PER_TICK), target=name)
             statuses.append(logs.status)
             events = logs.value or ()
         health = run_source("probe", w.prober.probe_health, target=name)
@@ -266,7 +270,10 @@ class Daemon:
     ) -> TargetSnapshot:
         if self._on_step is not None:
             self._on_step(obs, now, w.thresholds)
+        before = (w.state.pid, w.state.create_time)
         w.state = step(w.state, obs, now, w.thresholds)
+        if before != (w.state.pid, w.state.create_time) and before[0] is not None:
+            w.classifier.reset()  # a new process: its log starts a new story
         self._log_edges(w)
         if w.state.finished_start is not None:
             self.history.record(

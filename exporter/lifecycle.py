@@ -630,8 +630,15 @@ def _track_load(state: TargetState, obs: Observation) -> TargetState:
 
 
 def _notable(prev: tuple[LogEvent, ...], events: tuple[LogEvent, ...]) -> tuple[LogEvent, ...]:
+    """The last error and fatal lines; a fatal line outlives the traceback frames after it."""
     keep = [e for e in events if e.cls in (LogClass.ERROR, LogClass.FATAL)]
-    return (*prev, *keep)[-NOTABLE_LINES_KEPT:] if keep else prev
+    if not keep:
+        return prev
+    lines = [*prev, *keep]
+    while len(lines) > NOTABLE_LINES_KEPT:
+        oldest_error = next((i for i, e in enumerate(lines) if e.cls is LogClass.ERROR), 0)
+        del lines[oldest_error]
+    return tuple(lines)
 
 
 # --- the step -------------------------------------------------------------------------------

@@ -431,3 +431,13 @@ def test_state_is_immutable_and_step_is_deterministic():
     with pytest.raises(AttributeError):
         a[-1].phase = Phase.DOWN  # type: ignore[misc]
     assert isinstance(replace(a[-1]), TargetState)
+
+
+def test_a_fatal_line_outlives_the_traceback_frames_printed_after_it():
+    fatal = line(
+        "torch.OutOfMemoryError: CUDA out of memory", LogClass.FATAL, fatal_reason=FailureReason.OOM
+    )
+    frames = tuple(line(f'  File "x.py", line {i}', LogClass.ERROR) for i in range(30))
+    final = run_trace([(0, dict(process=proc(), health=REFUSED, log_events=(fatal, *frames)))])[-1]
+    assert len(final.notable_lines) == 10
+    assert final.notable_lines[0] is fatal
