@@ -1,5 +1,4 @@
-"""``record`` writes each tick's observations to a JSONL trace; ``replay`` runs it through
-the core.
+"""``record`` writes each tick's observations to a trace; ``replay`` runs one through the core.
 
 Operators tune thresholds on their own real cold starts this way. Recording uses an in-memory
 history, so a trace replays from a fresh state and reproduces the live timeline exactly.
