@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Final
 
@@ -246,6 +246,7 @@ def serve(
     *,
     stop: threading.Event | None = None,
     gpu_env: dict[str, str] | None = None,
+    on_first_tick: Callable[[], None] | None = None,
 ) -> int:
     """Build the daemon and web server, run until stopped; shared by ``run`` and ``demo``."""
     from prometheus_client import CollectorRegistry
@@ -291,7 +292,12 @@ def serve(
     )
     started = time.monotonic()
     try:
-        daemon.run(stop, reload=reload, load=lambda: load_settings(settings.source_path))
+        daemon.run(
+            stop,
+            reload=reload,
+            load=lambda: load_settings(settings.source_path),
+            on_first_tick=on_first_tick,
+        )
     finally:
         server.stop()
         daemon.close()

@@ -123,7 +123,11 @@ class Daemon:
         self._health = SourceHealth()
         self._errors: dict[str, int] = {}
         self._disk = DiskSource([t.model_path for t in settings.targets if t.model_path])
-        self._gpu = GpuSource(library_dir=settings.nvml_library_dir) if settings.nvml else None
+        self._gpu = (
+            GpuSource(library_dir=settings.nvml_library_dir, child_env=gpu_env)
+            if settings.nvml
+            else None
+        )
         self._gpu_reading = GpuReading(gpus=())
         self._watched = [self._watch(t) for t in settings.targets]
         self._pool = ThreadPoolExecutor(

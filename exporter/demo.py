@@ -17,8 +17,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-from exporter.cli import EXIT_OK, add_web_and_log_flags, configure_logging, serve
+from exporter.cli import add_web_and_log_flags, configure_logging, serve
 from exporter.config import CompletionProbe, Settings, Target
+from exporter.simulate.gpustate import GpuLoad, render_gpu_state, write_atomically
 
 log = logging.getLogger(__name__)
 SCENARIOS = (
@@ -133,6 +134,15 @@ def _build_nvml(work: Path) -> str | None:
         return None
 
 
+def _stop_engine(sim: subprocess.Popen[bytes]) -> None:
+    sim.terminate()
+    try:
+        sim.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        sim.kill()
+        sim.wait()
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the simulator and the exporter until Ctrl-C."""
     configure_logging(args.log_level, args.log_format)
@@ -141,7 +151,16 @@ def run(args: argparse.Namespace) -> int:
     port = free_port()
     nvml_dir = _build_nvml(work)
     settings = demo_settings(work, port, args.interval, args.engine, nvml_dir)
-    sim = subprocess.Popen(simulator_command(args, work, port), stdout=subprocess.DEVNULL)
+    # The host's GPUs exist, idle, before any engine starts (NVML enumerates them at init).
+    write_atomically(work / "gpus.state", render_gpu_state(args.gpus, [], GpuLoad(), 0))
+    engines: list[subprocess.Popen[bytes]] = []
+
+    def start_engine() -> None:
+        # After the exporter's first tick, so the whole cold start is watched from "down".
+        engines.append(
+            subprocess.Popen(simulator_command(args, work, port), stdout=subprocess.DEVNULL)
+        )
+
     listen = args.listen_address
     shown = listen if not listen.startswith(":") else "localhost" + listen
     print(
@@ -159,13 +178,9 @@ def run(args: argparse.Namespace) -> int:
             args.web_config_file,
             stop=threading.Event(),
             gpu_env={"SIMULATED_NVML_STATE": str(work / "gpus.state")},
+            on_first_tick=start_engine,
         )
     finally:
-        sim.terminate()
-        try:
-            sim.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            sim.kill()
-            sim.wait()
+        for sim in engines:
+            _stop_engine(sim)
         shutil.rmtree(work, ignore_errors=True)
-    return EXIT_OK

@@ -1,0 +1,106 @@
+"""The README's `make demo`: the demo command runs a cold start end to end with simulated GPUs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.integration.harness import ROOT, free_port, stop
+
+pytestmark = pytest.mark.integration
+FAST = [
+    "--weights-mb",
+    "24",
+    "--read-mbps",
+    "12",
+    "--start-seconds",
+    "1",
+    "--init-seconds",
+    "2",
+    "--interval",
+    "0.25",
+]
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=2) as r:
+        return r.read().decode()
+
+
+@contextlib.contextmanager
+def demo(*args):
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "demo",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            *FAST,
+            *args,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        stop(proc)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def poll(url, predicate, timeout=60.0):
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(urllib.error.URLError, ConnectionError, IndexError):
+            last = json.loads(get(url + "/status"))["targets"][0]
+            if predicate(last):
+                return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out; last: {last}")
+
+
+def test_demo_goes_through_every_phase_and_counts_one_cold_start_with_gpus():
+    with demo() as (url, proc):
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        assert "simulated sglang engine (healthy)" in banner
+        seen = set()
+        deadline = time.monotonic() + 60
+        while "serving" not in seen and time.monotonic() < deadline:
+            with contextlib.suppress(urllib.error.URLError, ConnectionError):
+                metrics = get(url + "/metrics")
+                seen |= set(
+                    re.findall(
+                        r'inference_server_phase\{phase="(\w+)",target="demo"\} 1\.0', metrics
+                    )
+                )
+            time.sleep(0.1)
+        assert {"starting", "loading", "initializing", "serving"} <= seen
+        metrics = get(url + "/metrics")
+        assert 'inference_server_cold_start_duration_seconds_count{target="demo"} 1.0' in metrics
+        gpus = re.findall(
+            r'inference_gpu_memory_used_bytes\{gpu="(\d)",uuid="[^"]+"\} (\S+)', metrics
+        )
+        assert len(gpus) == 2 and all(float(v) > 0 for _, v in gpus)
+        assert 'inference_server_gpu_memory_used_bytes{gpu="0",target="demo"}' in metrics
+
+
+def test_demo_oom_scenario_fails_and_shows_the_engine_line_in_status():
+    with demo("--scenario", "oom-initializing") as (url, _):
+        doc = poll(url, lambda t: t["phase"] == "failed")
+        assert doc["failure_reason"] == "oom"
+        assert any("out of memory" in line["text"] for line in doc["notable_lines"])
