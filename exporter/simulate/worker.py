@@ -27,7 +27,11 @@ _PR_SET_PDEATHSIG: Final = 1
 
 
 class _Stopped(Exception):
-    """SIGTERM or a ``stop`` command: exit; the parent may or may not be alive."""
+    """A ``stop`` command (the parent is shutting down) or a bare SIGTERM (``requested`` False)."""
+
+    def __init__(self, requested: bool) -> None:
+        super().__init__()
+        self.requested = requested
 
 
 class _ParentGone(Exception):
@@ -59,18 +63,36 @@ class _Commands:
         while b"\n" not in self._pending and not self._eof:
             ready, _, _ = select.select([0, self._wake], [], [], timeout)
             if self._wake in ready:
-                raise _Stopped
+                raise _Stopped(requested=False)
             if not ready:
                 return None
-            chunk = os.read(0, 4096)
-            self._eof = not chunk
-            self._pending += chunk
+            self._read()
         if b"\n" not in self._pending:
             raise _ParentGone
         line, _, self._pending = self._pending.partition(b"\n")
         if line == b"stop":
-            raise _Stopped
+            raise _Stopped(requested=True)
         return line.decode()
+
+    def parent_dying(self, timeout: float) -> bool:
+        """After a bare SIGTERM: whether stdin ends without ``stop`` (the parent is dying).
+
+        The parent writes ``stop`` before its own SIGTERM. The kernel's parent-death signal also
+        fires when only the parent's *thread* that spawned us exits, before the process is gone
+        (prctl(2)), so that signal alone proves nothing: the pipe closing does.
+        """
+        deadline = time.monotonic() + timeout
+        while b"stop\n" not in self._pending and not self._eof:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([0], [], [], left)[0]:
+                return False
+            self._read()
+        return b"stop\n" not in self._pending
+
+    def _read(self) -> None:
+        chunk = os.read(0, 4096)
+        self._eof = not chunk
+        self._pending += chunk
 
 
 def _note_signal(signum: int, frame: FrameType | None) -> None:
@@ -84,27 +106,26 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process to handle
     commands = _Commands()
-    orphaned = False
     try:
         if commands.next(None) == "load":
             _weights = _load(plan, commands)  # kept referenced: RSS stays up while idle
             while True:
                 commands.next(None)
-    except _Stopped:
-        pass
+    except _Stopped as stop:
+        orphaned = not stop.requested and commands.parent_dying(timeout=2.0)
     except (_ParentGone, BrokenPipeError):
         orphaned = True
+    if orphaned:
         with contextlib.suppress(OSError):
             # Nobody reads our stdout any more; spare stderr the flush-at-exit BrokenPipeError.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    if orphaned or os.getppid() != plan.parent:
         _clean_up_if_orphaned(plan)
     return 0
 
 
 def _clean_up_if_orphaned(plan: WorkerPlan) -> None:
     """Once the parent's death is certain (we were re-parented), remove its weight files."""
-    # The parent's pipes close before the kernel re-parents us and sends the death signal.
+    # The parent's pipes close before the kernel re-parents us to another process.
     deadline = time.monotonic() + 2.0
     while os.getppid() == plan.parent:
         if time.monotonic() > deadline:
