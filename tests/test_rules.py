@@ -15,7 +15,7 @@ PROM = ROOT / "deploy/prometheus"
 RULE_FILES = (PROM / "alerts.yml", PROM / "rules.yml")
 GOLDEN = ROOT / "tests/fixtures/metrics/two-targets-four-gpus.prom"
 # Series Prometheus itself makes for every scrape target, not the exporter.
-PROMETHEUS_SERIES = frozenset({"up"})
+PROMETHEUS_SERIES = frozenset({"up", "ALERTS"})
 _KEYWORDS = frozenset(
     {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless"}
     | {"bool", "offset", "inf", "nan"}
