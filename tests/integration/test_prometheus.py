@@ -1,0 +1,282 @@
+"""A real Prometheus scraping the real exporter watching two real simulated engines.
+
+Prometheus (Debian package ``prometheus``) runs on loopback with the repository's rules and a
+1 s scrape interval. One engine starts cleanly, the other hangs while loading. Through the HTTP
+API: every dashboard query parses and returns data, the stall alert fires for the hung target
+only, and the cold-start histogram holds the healthy start. The rules are a test copy whose
+``for:`` is 1 s, so the alerts fire within the test's minute rather than after theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.simnvml import build_simulated_nvml, write_state
+from tests.integration.harness import (
+    ROOT,
+    Exporter,
+    Simulator,
+    exporter,
+    free_port,
+    simulator,
+    stop,
+    target_toml,
+)
+from tests.test_dashboards import DASHBOARDS, exprs, variable_queries
+
+pytestmark = pytest.mark.integration
+INTERVAL = 0.5
+GiB = 2**30
+STALL = 'starting = "4s"\nloading = "2s"\ninitializing = "2s"'
+# What Grafana would put in place of its variables for a 1 s scrape interval.
+GRAFANA_VARS = {"$__rate_interval": "4s", "$__range": "1h", "$__interval": "1s"}
+
+
+class Prometheus:
+    """A running Prometheus and the few API calls the test needs."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], port: int) -> None:
+        self.proc = proc
+        self.url = f"http://127.0.0.1:{port}"
+
+    def api(self, path: str, **params: str) -> Any:
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                body = json.load(r)
+        except urllib.error.HTTPError as exc:  # 400 for a query that does not parse
+            body = json.load(exc)
+            exc.close()
+        assert body["status"] == "success", f"{params}: {body.get('error')}"
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        return self.api("query", query=expr)["result"]
+
+    def query_range(self, expr: str, start: float) -> list[dict[str, Any]]:
+        end = time.time()
+        start = end - math.ceil(end - start)  # on the step grid, so the last step is "now"
+        return self.api(
+            "query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step="1"
+        )["result"]
+
+    def wait_for(self, expr: str, what: str, timeout: float = 40.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with_data = self.query(expr)
+            if with_data:
+                return with_data
+            assert self.proc.poll() is None, "prometheus exited"
+            time.sleep(0.25)
+        raise AssertionError(f"timed out waiting for {what}: {expr}")
+
+
+def fast_rules(out: Path) -> list[Path]:
+    """The repository's rule files with every ``for:`` cut to 1 s."""
+    paths = []
+    for name in ("alerts.yml", "rules.yml"):
+        doc = yaml.safe_load((ROOT / "deploy/prometheus" / name).read_text())
+        for group in doc["groups"]:
+            for rule in group["rules"]:
+                if "for" in rule:
+                    rule["for"] = "1s"
+        paths.append(out / name)
+        paths[-1].write_text(yaml.safe_dump(doc))
+    return paths
+
+
+@contextmanager
+def prometheus(work: Path, scrape: str) -> Iterator[Prometheus]:
+    binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+    assert Path(binary).exists(), "prometheus missing: apt-get install -y prometheus"
+    rules = fast_rules(work)
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(p) for p in rules],
+        "scrape_configs": [
+            {"job_name": "inference-lifecycle-exporter", "static_configs": [{"targets": [scrape]}]}
+        ],
+    }
+    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    with open(work / "prometheus.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={work / 'prometheus.yml'}",
+                f"--storage.tsdb.path={work / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    prom = Prometheus(proc, port)
+    try:
+        _wait_ready(prom, work / "prometheus.log")
+        yield prom
+    finally:
+        stop(proc)
+
+
+def _wait_ready(prom: Prometheus, log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert prom.proc.poll() is None, log.read_text()
+        try:
+            with urllib.request.urlopen(prom.url + "/-/ready", timeout=2):
+                return
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.1)
+    raise AssertionError("prometheus never became ready")
+
+
+@contextmanager
+def merged_gpus(state: Path, sims: list[Simulator]) -> Iterator[None]:
+    """One simulated NVML state for both engines, plus memory held by a stranger (this pid).
+
+    Each simulator publishes its own GPUs; the exporter reads one file. The healthy engine's
+    GPU lines, every engine's process lines, a PCIe rate and a foreign process are merged in.
+    """
+    done = threading.Event()
+
+    def merge() -> None:
+        while not done.wait(0.1):
+            gpus, procs = [], []
+            for i, sim in enumerate(sims):
+                try:
+                    lines = sim.gpu_state.read_text().splitlines()
+                except FileNotFoundError:
+                    continue
+                gpus += [ln for ln in lines if ln.startswith("gpu ") and i == 0]
+                procs += [ln for ln in lines if ln.startswith("proc ")]
+            extra = ["pcie 0 2000000", "pcie 1 2000000", f"proc 1 {os.getpid()} {2 * GiB}"]
+            write_state(state, gpus + procs + extra)
+
+    thread = threading.Thread(target=merge, name="merge-gpus")
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def substitute(expr: str, variables: dict[str, str]) -> str:
+    for name in sorted(variables, key=len, reverse=True):  # $__range before $__rate...
+        expr = expr.replace(name, variables[name])
+    return expr
+
+
+def targets_toml(healthy: Simulator, hung: Simulator) -> str:
+    return target_toml("healthy", healthy, interval=INTERVAL).replace(
+        "[[target]]\n", '[[target]]\ndeployment = "chat-prod"\nmodel = "tiny"\n'
+    ) + target_toml("hung", hung, stall=STALL, interval=INTERVAL).replace(
+        "[[target]]\n", '[[target]]\ndeployment = "batch-prod"\nmodel = "tiny"\n'
+    )
+
+
+@pytest.fixture(scope="module")
+def nvml_dir(tmp_path_factory):
+    return build_simulated_nvml(tmp_path_factory.mktemp("nvml")).parent
+
+
+def test_dashboards_and_alerts_against_a_real_prometheus(tmp_path, nvml_dir):
+    started = time.time()
+    gpu_state = tmp_path / "gpus.state"
+    with (
+        simulator(tmp_path, init_seconds=1.0) as healthy,
+        simulator(tmp_path, scenario="hang-loading", weights_mb=32, read_mbps=16) as hung,
+        merged_gpus(gpu_state, [healthy, hung]),
+        exporter(
+            tmp_path,
+            targets_toml(healthy, hung),
+            interval=INTERVAL,
+            env={"SIMULATED_NVML_STATE": str(gpu_state)},
+            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+        ) as exp,
+        prometheus(tmp_path, f"127.0.0.1:{exp.port}") as prom,
+    ):
+        instance = f"127.0.0.1:{exp.port}"
+        _wait_for_both_outcomes(exp, prom)
+        _assert_stall_alert_fires_for_the_hung_target_only(prom)
+        count = prom.query('inference_server_cold_start_duration_seconds_count{target="healthy"}')
+        assert [float(s["value"][1]) for s in count] == [1.0]
+        ready = prom.query("deployment:inference_server_ready:min")
+        assert {s["metric"]["deployment"]: s["value"][1] for s in ready} == {
+            "chat-prod": "1",
+            "batch-prod": "0",
+        }
+        _assert_every_dashboard_query_returns_data(prom, instance, started)
+    assert time.time() - started < 60
+
+
+def _wait_for_both_outcomes(exp: Exporter, prom: Prometheus) -> None:
+    exp.wait_for(lambda t: t["phase"] == "serving", "healthy", timeout=40)
+    exp.wait_for(lambda t: t["stalled"], "hung", timeout=40)
+    prom.wait_for('inference_server_phase{target="healthy",phase="serving"} == 1', "serving")
+    prom.wait_for(
+        'ALERTS{alertname="InferenceColdStartStalled",alertstate="firing"}', "the stall alert"
+    )
+    # the foreign process shows up after the merge thread's first rounds
+    prom.wait_for("inference_gpu_foreign_memory_used_bytes > 0", "foreign GPU memory")
+
+
+def _assert_stall_alert_fires_for_the_hung_target_only(prom: Prometheus) -> None:
+    stalled = prom.query('ALERTS{alertname="InferenceColdStartStalled"}')
+    assert {(s["metric"]["target"], s["metric"]["alertstate"]) for s in stalled} == {
+        ("hung", "firing")
+    }
+    assert stalled[0]["metric"]["severity"] == "critical"
+
+
+def _assert_every_dashboard_query_returns_data(
+    prom: Prometheus, instance: str, since: float
+) -> None:
+    empty = []
+    checked = 0
+    for path in DASHBOARDS:
+        doc = json.loads(path.read_text())
+        instant = {
+            t["expr"] for p in doc["panels"] for t in p.get("targets", []) if t.get("instant")
+        }
+        for expr in exprs(doc) + variable_queries(doc):
+            checked += 1
+            if not any(
+                _has_data(prom, substitute(expr, vars_), expr in instant, since)
+                for vars_ in _variable_choices(instance)
+            ):
+                empty.append(f"{path.name}: {expr}")
+    assert checked > 40
+    assert empty == []
+
+
+def _variable_choices(instance: str) -> list[dict[str, str]]:
+    """Grafana's picks of one host and one target, for each target in turn."""
+    picks = [
+        {"$instance": instance, "$target": t, "$deployment": ".*"} for t in ("hung", "healthy")
+    ]
+    return [{**GRAFANA_VARS, **p} for p in picks]
+
+
+def _has_data(prom: Prometheus, expr: str, instant: bool, since: float) -> bool:
+    assert not re.search(r"\$\w", expr), f"unsubstituted variable in {expr}"
+    result = prom.query(expr) if instant else prom.query_range(expr, since)
+    return bool(result)
