@@ -28,18 +28,32 @@ def free_port() -> int:
 
 @dataclass
 class Simulator:
-    """A running ``simulate`` process and the files it writes."""
+    """A ``simulate`` process (started by ``launch()``) and the files it writes."""
 
-    proc: subprocess.Popen[str]
     port: int
     work: Path
-    log_file: Path
-    pid_file: Path
-    gpu_state: Path
+    command: list[str]
+    proc: subprocess.Popen[str] | None = None
+
+    @property
+    def log_file(self) -> Path:
+        return self.work / "engine.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.work / "engine.pid"
+
+    @property
+    def gpu_state(self) -> Path:
+        return self.work / "gpus.state"
+
+    def launch(self) -> None:
+        """Start the simulator process."""
+        self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, text=True, cwd=ROOT)
 
     def ready_at(self, timeout: float = 60.0) -> float:
         """Block until the simulator prints its ready line; return its ready time."""
-        assert self.proc.stdout is not None
+        assert self.proc is not None and self.proc.stdout is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
@@ -50,6 +64,7 @@ class Simulator:
         raise AssertionError("simulator never became ready")
 
     def main_pid(self, timeout: float = 10.0) -> int:
+        """The pid the simulator wrote to its pid file."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(FileNotFoundError, ValueError):
@@ -70,56 +85,40 @@ def simulator(
     init_seconds: float = 1.5,
     gpus: int = 2,
     extra: list[str] | None = None,
+    launch: bool = True,
 ) -> Iterator[Simulator]:
+    """A simulator on a free port; with ``launch=False`` call ``sim.launch()`` yourself, e.g.
+    once an exporter already watches its port, so the whole cold start is seen."""
     port = free_port()
     sim_dir = work / f"sim-{port}"
     (sim_dir / "weights").mkdir(parents=True)
-    sim = Simulator(
-        None,
-        port,
-        sim_dir,
-        sim_dir / "engine.log",  # type: ignore[arg-type]
-        sim_dir / "engine.pid",
-        sim_dir / "gpus.state",
-    )
-    cmd = [
-        sys.executable,
-        "-m",
-        "exporter",
-        "simulate",
-        "--port",
-        str(port),
-        "--engine",
-        engine,
-        "--scenario",
-        scenario,
-        "--weights-mb",
-        str(weights_mb),
-        "--read-mbps",
-        str(read_mbps),
-        "--start-seconds",
-        str(start_seconds),
-        "--init-seconds",
-        str(init_seconds),
-        "--gpus",
-        str(gpus),
-        "--gpu-state-file",
-        str(sim.gpu_state),
-        "--log-file",
-        str(sim.log_file),
-        "--pid-file",
-        str(sim.pid_file),
-        "--work-dir",
-        str(sim_dir / "weights"),
-        *(extra or []),
-    ]
-    sim.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    flags = {
+        "--port": port,
+        "--engine": engine,
+        "--scenario": scenario,
+        "--weights-mb": weights_mb,
+        "--read-mbps": read_mbps,
+        "--start-seconds": start_seconds,
+        "--init-seconds": init_seconds,
+        "--gpus": gpus,
+        "--gpu-state-file": sim_dir / "gpus.state",
+        "--log-file": sim_dir / "engine.log",
+        "--pid-file": sim_dir / "engine.pid",
+        "--work-dir": sim_dir / "weights",
+    }
+    cmd = [sys.executable, "-m", "exporter", "simulate"]
+    for flag, value in flags.items():
+        cmd += [flag, str(value)]
+    sim = Simulator(port, sim_dir, [*cmd, *(extra or [])])
+    if launch:
+        sim.launch()
     try:
         yield sim
     finally:
-        stop(sim.proc)
-        if sim.proc.stdout:
-            sim.proc.stdout.close()
+        if sim.proc is not None:
+            stop(sim.proc)
+            if sim.proc.stdout:
+                sim.proc.stdout.close()
 
 
 def stop(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:

@@ -34,7 +34,7 @@ def phases_seen(doc):
 
 def test_healthy_cold_start_through_every_phase_with_gpus(tmp_path, nvml_dir):
     with (
-        simulator(tmp_path, init_seconds=2.0) as sim,
+        simulator(tmp_path, init_seconds=2.0, launch=False) as sim,
         exporter(
             tmp_path,
             target_toml("demo", sim),
@@ -43,6 +43,8 @@ def test_healthy_cold_start_through_every_phase_with_gpus(tmp_path, nvml_dir):
             extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
         ) as exp,
     ):
+        exp.wait_for(lambda t: t["phase"] == "down", "demo")
+        sim.launch()  # watched from "down": every phase of the start is seen
         loading = exp.wait_for(lambda t: t["phase"] == "loading", "demo")
         assert loading["process"]["processes"] >= 2  # main + a worker, as real engines do
         doc = exp.wait_for(lambda t: t["phase"] == "serving", "demo")

@@ -244,7 +244,8 @@ def test_http_proxy_from_the_environment_is_ignored(server, prober_for, monkeypa
         assert proxy.connections == 0
         # Control: a client that honours the environment does reach this proxy listener.
         try:
-            urllib.request.urlopen(server.url + "/health", timeout=2).close()
+            # a fresh opener: urlopen() caches one, with whatever proxies were set back then
+            urllib.request.build_opener().open(server.url + "/health", timeout=5).close()
         except urllib.error.HTTPError as exc:
             exc.close()
         assert proxy.connections == 1
