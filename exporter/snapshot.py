@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exporter.lifecycle import TargetState
+from exporter.lifecycle import ColdStart, TargetState
 from exporter.model import DiskSample, GpuSample, ProcessSample, SourceStatus
 
 
@@ -24,12 +24,21 @@ class TargetInfo:
 
 @dataclass(frozen=True, slots=True)
 class TargetSnapshot:
-    """One target after a tick: its lifecycle state plus the raw samples behind it."""
+    """One target after a tick: its lifecycle state plus the raw samples behind it.
+
+    Attributes:
+        recent_starts: finished cold starts from history, newest first (the page draws the
+            one before the current start under it); empty when the daemon passes none.
+        typical_start_seconds: median duration of recent good cold starts (history), for
+            "usually ready in 10m40s"; None without history.
+    """
 
     info: TargetInfo
     state: TargetState
     process: ProcessSample | None = None
     gpu_memory_bytes: tuple[tuple[int, int], ...] = ()
+    recent_starts: tuple[ColdStart, ...] = ()
+    typical_start_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,11 @@ import json
 from typing import Any
 
 from exporter.lifecycle import ColdStart, TargetState, Transition
-from exporter.model import LogEvent, ProbeResult
+from exporter.model import GpuSample, LogEvent, Phase, ProbeResult
 from exporter.snapshot import Snapshot, TargetSnapshot
+
+#: Startup phases in the order a cold start passes through them (the timeline's order).
+_TIMELINE_ORDER = (Phase.STARTING, Phase.LOADING, Phase.INITIALIZING)
 
 
 def render_status(snap: Snapshot | None) -> dict[str, Any]:
@@ -22,7 +25,7 @@ def render_status(snap: Snapshot | None) -> dict[str, Any]:
         "ready": True,
         "version": snap.version,
         "taken_at": snap.taken_at,
-        "targets": [_target(t, snap.taken_at) for t in snap.targets],
+        "targets": [_target(t, snap.taken_at, snap.gpus) for t in snap.targets],
         "gpus": [
             {
                 "gpu": g.index,
@@ -50,7 +53,7 @@ def status_json(snap: Snapshot | None) -> bytes:
     return json.dumps(render_status(snap), separators=(",", ":")).encode()
 
 
-def _target(t: TargetSnapshot, now: float) -> dict[str, Any]:
+def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> dict[str, Any]:
     s = t.state
     return {
         "target": t.info.name,
@@ -80,7 +83,43 @@ def _target(t: TargetSnapshot, now: float) -> dict[str, Any]:
         "notable_lines": [_line(e) for e in s.notable_lines],
         "last_cold_start": _cold(s.last_cold_start),
         "restarts": s.counters.restarts,
+        "seconds_since_progress": s.seconds_since_progress,
+        "timeline": _timeline(s, now),
+        "previous_cold_start": _cold(_previous_start(t)),
+        "typical_cold_start_seconds": t.typical_start_seconds,
+        "gpu_memory": _gpu_memory(t, gpus),
     }
+
+
+def _timeline(s: TargetState, now: float) -> list[dict[str, Any]]:
+    """This cold start's startup phases in order, the running one measured up to ``now``."""
+    done = dict(s.phase_seconds)
+    rows = []
+    for phase in _TIMELINE_ORDER:
+        seconds = done.get(phase)
+        running = phase is s.phase and s.phase_since is not None
+        if running:
+            seconds = (seconds or 0.0) + max(0.0, now - (s.phase_since or now))
+        if seconds is not None:
+            rows.append({"phase": phase.value, "seconds": seconds, "running": running})
+    return rows
+
+
+def _previous_start(t: TargetSnapshot) -> ColdStart | None:
+    """The newest finished cold start that is not the current one (for the comparison row)."""
+    current = t.state.started_at
+    for start in (*t.recent_starts, t.state.last_cold_start):
+        if start is not None and start.started_at != current:
+            return start
+    return None
+
+
+def _gpu_memory(t: TargetSnapshot, gpus: tuple[GpuSample, ...]) -> list[dict[str, Any]]:
+    """Per GPU the target uses: its memory there and the card's total."""
+    totals = {g.index: g.memory_total_bytes for g in gpus}
+    return [
+        {"gpu": i, "used_bytes": b, "total_bytes": totals.get(i)} for i, b in t.gpu_memory_bytes
+    ]
 
 
 def _phases(s: TargetState) -> dict[str, float]:

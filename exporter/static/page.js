@@ -1,0 +1,229 @@
+// The live cold-start view: polls ./status and redraws one card per target.
+// Every value from the document is set with textContent or CSSOM, never parsed as markup.
+"use strict";
+(function () {
+  const POLL_MS = 1000;
+  const STARTUP = ["starting", "loading", "initializing"];
+  const PHASES = STARTUP.concat(["ready", "serving", "degraded", "failed", "down"]);
+  const main = document.getElementById("targets");
+  const conn = document.getElementById("conn");
+  const footer = document.getElementById("updated");
+  const reads = new Map(); // target -> {at, bytes, rate}: read rate between two polls
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+
+  function phaseClass(phase) {
+    return "phase-" + (PHASES.includes(phase) ? phase : "down");
+  }
+
+  function dur(s) {
+    if (s === null || s === undefined) return "-";
+    s = Math.max(0, Math.round(s));
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
+    return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+  }
+
+  function bytes(n) {
+    if (n === null || n === undefined) return "-";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i === 0 ? n.toFixed(0) : n.toFixed(1)) + " " + units[i];
+  }
+
+  function pct(ratio) {
+    return ratio === null || ratio === undefined ? "-" : Math.round(ratio * 100) + "%";
+  }
+
+  function readRate(t, takenAt) {
+    const bytesRead = t.process ? t.process.read_bytes : null;
+    const last = reads.get(t.target);
+    if (bytesRead === null || bytesRead === undefined) { reads.delete(t.target); return null; }
+    let rate = last ? last.rate : null;
+    if (last && takenAt > last.at && bytesRead >= last.bytes) {
+      rate = (bytesRead - last.bytes) / (takenAt - last.at);
+    }
+    reads.set(t.target, { at: takenAt, bytes: bytesRead, rate: rate });
+    return rate;
+  }
+
+  function etaText(t) {
+    const parts = [];
+    if (t.eta_seconds !== null && t.eta_seconds !== undefined) parts.push("ETA " + dur(t.eta_seconds));
+    const prev = t.previous_cold_start;
+    if (t.typical_cold_start_seconds !== null && t.typical_cold_start_seconds !== undefined) {
+      parts.push("usually ready in " + dur(t.typical_cold_start_seconds));
+    } else if (prev && prev.outcome === "ready") {
+      parts.push("last start took " + dur(prev.duration_seconds));
+    }
+    if (t.elapsed_seconds !== null && t.elapsed_seconds !== undefined) {
+      parts.push(dur(t.elapsed_seconds) + " since the process started");
+    }
+    return parts.join(" · ");
+  }
+
+  function head(t) {
+    const h = el("div", "head");
+    h.append(el("h2", "name", t.target));
+    h.append(el("span", "badge phase " + phaseClass(t.phase), t.phase));
+    if (t.stalled) h.append(el("span", "badge stall", "stalled"));
+    const meta = [t.engine, t.model, t.deployment].filter(Boolean).join(" · ");
+    h.append(el("span", "meta", meta));
+    return h;
+  }
+
+  function reason(t) {
+    const p = el("p", "reason");
+    if (t.stalled && t.stall_reason) p.append(el("span", "stall-reason", t.stall_reason + ". "));
+    p.append(el("span", "", t.failure_reason ? t.failure_reason + ": " + t.reason : t.reason));
+    return p;
+  }
+
+  function bar(ratio, fillClass) {
+    const b = el("div", "bar");
+    const fill = el("div", "fill " + (fillClass || ""));
+    fill.style.width = (Math.max(0, Math.min(1, ratio || 0)) * 100).toFixed(1) + "%";
+    b.append(fill);
+    return b;
+  }
+
+  function progress(t) {
+    const box = el("div", "progress");
+    box.append(bar(t.progress_ratio, phaseClass(t.phase)), el("span", "pct", pct(t.progress_ratio)));
+    box.append(el("span", "eta", etaText(t)));
+    return box;
+  }
+
+  function segments(rows, scale) {
+    const track = el("div", "track");
+    for (const row of rows) {
+      const seg = el("div", "seg " + phaseClass(row.phase) + (row.running ? " running" : ""));
+      seg.textContent = row.phase + " " + dur(row.seconds);
+      seg.title = seg.textContent;
+      seg.style.width = ((row.seconds / scale) * 100).toFixed(2) + "%";
+      track.append(seg);
+    }
+    return track;
+  }
+
+  function timelineRow(label, rows, scale, end, cls) {
+    const r = el("div", "tl-row " + cls);
+    const total = rows.reduce((sum, x) => sum + x.seconds, 0);
+    r.append(el("span", "label", label), segments(rows, scale), el("span", "total", end(total)));
+    return r;
+  }
+
+  function timeline(t) {
+    const box = el("div", "timeline");
+    const now = t.timeline || [];
+    const prev = t.previous_cold_start;
+    const prevRows = prev
+      ? STARTUP.filter((p) => prev.phase_seconds[p] !== undefined)
+          .map((p) => ({ phase: p, seconds: prev.phase_seconds[p], running: false }))
+      : [];
+    if (!now.length && !prevRows.length) return box;
+    const sum = (rows) => rows.reduce((s, x) => s + x.seconds, 0);
+    const scale = Math.max(sum(now), sum(prevRows), 1);
+    box.append(el("div", "section-title", "phase timeline"));
+    if (now.length) {
+      const done = t.phase === "failed" ? "failed after " : t.ready ? "ready in " : "";
+      box.append(timelineRow("this start", now, scale, (s) => done + dur(s), "current"));
+    }
+    if (prevRows.length) {
+      const how = prev.outcome === "ready" ? "ready in " : (prev.reason || "failed") + " after ";
+      box.append(timelineRow("previous", prevRows, scale, () => how + dur(prev.duration_seconds), "previous"));
+    }
+    return box;
+  }
+
+  function gpus(t) {
+    const box = el("div", "gpu-box");
+    const list = t.gpu_memory || [];
+    if (!list.length) return box;
+    box.append(el("div", "section-title", "GPU memory held by this server"));
+    const grid = el("div", "gpus");
+    for (const g of list) {
+      const row = el("div", "gpu");
+      const ratio = g.total_bytes ? g.used_bytes / g.total_bytes : null;
+      const text = bytes(g.used_bytes) + (g.total_bytes ? " / " + bytes(g.total_bytes) : "");
+      row.append(el("span", "", "GPU " + g.gpu), bar(ratio), el("span", "", text));
+      grid.append(row);
+    }
+    box.append(grid);
+    return box;
+  }
+
+  function facts(t, rate) {
+    const parts = [];
+    if (rate !== null && rate !== undefined) parts.push("read " + bytes(rate) + "/s");
+    if (t.process) {
+      parts.push("RSS " + bytes(t.process.rss_bytes));
+      parts.push(t.process.processes + (t.process.processes === 1 ? " process" : " processes"));
+    }
+    if (t.last_evidence && STARTUP.includes(t.phase)) parts.push("last progress: " + t.last_evidence);
+    if (t.restarts) parts.push("restarts " + t.restarts);
+    return el("p", "facts", parts.join(" · "));
+  }
+
+  function notable(t) {
+    const box = el("div", "notable");
+    const lines = (t.notable_lines || []).filter((e) => e.class !== "benign").slice(-8);
+    if (!lines.length) return box;
+    box.append(el("div", "section-title", "notable log lines"));
+    const ol = el("ol", "lines");
+    for (const e of lines) {
+      const li = el("li");
+      li.append(el("time", "", new Date(e.at * 1000).toLocaleTimeString()));
+      li.append(el("span", "cls " + (e.class === "fatal" ? "fatal" : ""), e.class));
+      li.append(el("span", "text", e.text));
+      ol.append(li);
+    }
+    box.append(ol);
+    return box;
+  }
+
+  function card(t, rate) {
+    const c = el("section", "target " + phaseClass(t.phase) + (t.stalled ? " stalled" : ""));
+    c.dataset.target = t.target;
+    c.dataset.phase = t.phase;
+    c.append(head(t), reason(t), progress(t), timeline(t), gpus(t), facts(t, rate), notable(t));
+    return c;
+  }
+
+  function render(doc) {
+    if (!doc.ready) {
+      main.replaceChildren(el("p", "empty", "waiting for the exporter's first sample"));
+      return;
+    }
+    if (!doc.targets.length) {
+      main.replaceChildren(el("p", "empty", "no targets configured"));
+      return;
+    }
+    main.replaceChildren(...doc.targets.map((t) => card(t, readRate(t, doc.taken_at))));
+    const down = (doc.sources || []).filter((s) => !s.up)
+      .map((s) => s.source + (s.target ? "/" + s.target : "") + (s.error ? " (" + s.error + ")" : ""));
+    footer.textContent = "updated " + new Date(doc.taken_at * 1000).toLocaleTimeString() +
+      " · exporter " + doc.version + (down.length ? " · sources down: " + down.join(", ") : "");
+  }
+
+  async function poll() {
+    try {
+      const reply = await fetch("status", { cache: "no-store", headers: { Accept: "application/json" } });
+      if (!reply.ok) throw new Error("HTTP " + reply.status);
+      render(await reply.json());
+      conn.hidden = true;
+    } catch (err) {
+      conn.textContent = "cannot read /status (" + err.message + "); retrying every second";
+      conn.hidden = false;
+    }
+    setTimeout(poll, POLL_MS);
+  }
+
+  poll();
+})();

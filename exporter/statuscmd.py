@@ -1,0 +1,117 @@
+"""The ``status`` subcommand: one table of every target the exporter watches.
+
+Reads the daemon's ``/status`` once and prints; it changes nothing and keeps no state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from exporter.wait import (
+    EXIT_USAGE,
+    StatusClient,
+    WaitError,
+    add_daemon_flags,
+    format_duration,
+    phase_label,
+    shown_url,
+)
+
+EXIT_OK: Final = 0
+COLUMNS: Final = (
+    "TARGET",
+    "ENGINE",
+    "PHASE",
+    "SINCE",
+    "PROGRESS",
+    "ETA",
+    "STALL",
+    "LAST COLD START",
+    "DURATION",
+)
+EPILOG: Final = """columns:
+  SINCE            how long the target has been in its phase
+  STALL            seconds without progress evidence; "STALLED" once past the threshold
+  LAST COLD START  when the last finished cold start began, and how it ended
+  DURATION         how long that cold start took (process start to ready or failure)
+
+exit codes:
+  0  the table was printed
+  2  usage error, or the exporter cannot be reached (the message says what to try)
+"""
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    """Flags of ``status``."""
+    p.epilog = EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_daemon_flags(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the table; exit codes as in ``--help``."""
+    try:
+        client = StatusClient(args.url, ca_file=args.ca_file)
+    except WaitError as exc:
+        print(f"status: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        doc = client.fetch()
+    except WaitError as exc:
+        print(f"status: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        client.close()
+    print(render_table(doc, source=shown_url(args.url)), end="")
+    return EXIT_OK
+
+
+def render_table(doc: Mapping[str, Any], *, source: str = "", now: float | None = None) -> str:
+    """The status document as an aligned text table, one row per target."""
+    if not doc.get("ready"):
+        return f"{source or 'the exporter'} has not sampled its targets yet\n"
+    if not doc["targets"]:
+        return "no targets configured\n"
+    now = now if now is not None else doc.get("taken_at") or time.time()
+    rows = [COLUMNS, *(target_row(t, now) for t in doc["targets"])]
+    return _align(rows)
+
+
+def target_row(t: Mapping[str, Any], now: float) -> tuple[str, ...]:
+    """One target's cells, in ``COLUMNS`` order."""
+    ratio = t.get("progress_ratio")
+    return (
+        t["target"],
+        t.get("engine") or "-",
+        phase_label(t),
+        format_duration(t.get("phase_seconds")),
+        f"{ratio:.0%}" if ratio is not None else "-",
+        format_duration(t.get("eta_seconds")),
+        _stall(t),
+        *_last_start(t.get("last_cold_start"), now),
+    )
+
+
+def _stall(t: Mapping[str, Any]) -> str:
+    if t.get("stalled"):
+        return f"STALLED {format_duration(t.get('seconds_since_progress'))}"
+    quiet = t.get("seconds_since_progress")
+    return f"quiet {format_duration(quiet)}" if quiet is not None and quiet >= 10 else "-"
+
+
+def _last_start(cold: Mapping[str, Any] | None, now: float) -> tuple[str, str]:
+    if not cold:
+        return "-", "-"
+    ago = format_duration(now - cold["started_at"])
+    outcome = cold["outcome"] + (f" ({cold['reason']})" if cold.get("reason") else "")
+    return f"{ago} ago, {outcome}", format_duration(cold["duration_seconds"])
+
+
+def _align(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines) + "\n"

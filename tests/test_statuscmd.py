@@ -1,0 +1,102 @@
+"""``status``: the table from hand-built snapshots, and the command against a real exporter."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from exporter.lifecycle import ColdStart, initial_state
+from exporter.model import FailureReason, Phase
+from exporter.snapshot import Snapshot, TargetInfo, TargetSnapshot
+from exporter.status import render_status
+from exporter.statuscmd import COLUMNS, render_table
+from tests.httpservers import closed_port
+from tests.integration.harness import exporter
+from tests.test_wait import cli
+
+T0 = 1_700_000_000.0
+
+
+def two_targets() -> dict:
+    loading = replace(
+        initial_state("kimi"),
+        phase=Phase.LOADING,
+        phase_since=T0 + 5,
+        create_time=T0,
+        started_at=T0,
+        progress_ratio=0.48,
+        eta_seconds=65.0,
+        last_progress_at=T0 - 230,
+        updated_at=T0 + 72,
+        stalled=True,
+        stall_reason="no progress evidence for 302s in loading",
+        last_cold_start=ColdStart(
+            T0 - 7200, T0 - 6560, "ready", None, ((Phase.LOADING, 600.0),), (), None, None
+        ),
+    )
+    failed = replace(
+        initial_state("llama"),
+        phase=Phase.FAILED,
+        phase_since=T0 + 10,
+        failure_reason=FailureReason.OOM,
+        last_cold_start=ColdStart(T0 - 52, T0 + 10, "failed", "oom", (), (), None, None),
+    )
+    snap = Snapshot(
+        taken_at=T0 + 72,
+        targets=(
+            TargetSnapshot(TargetInfo("kimi", "sglang"), loading),
+            TargetSnapshot(TargetInfo("llama", "llamacpp"), failed),
+        ),
+    )
+    return render_status(snap)
+
+
+def cells(line: str) -> list[str]:
+    return re.split(r"\s{2,}", line.strip())
+
+
+def test_table_shows_phase_since_progress_eta_stall_and_the_last_cold_start():
+    lines = render_table(two_targets()).splitlines()
+    assert lines[0].split("  ")[0] == "TARGET"
+    assert all(column in lines[0] for column in COLUMNS)
+    kimi, llama = (line.split() for line in lines[1:])
+    assert kimi[:7] == ["kimi", "sglang", "loading", "(stalled)", "1m07s", "48%", "1m05s"]
+    assert "STALLED 5m02s" in lines[1]
+    assert cells(lines[1])[-2:] == ["2h01m ago, ready", "10m40s"]
+    assert llama[:3] == ["llama", "llamacpp", "failed"]
+    assert cells(lines[2])[-2:] == ["2m04s ago, failed (oom)", "1m02s"]
+
+
+def test_columns_line_up():
+    lines = render_table(two_targets()).splitlines()
+    starts = [
+        line.index(cell) for line, cell in zip(lines, ("PHASE", "loading", "failed"), strict=True)
+    ]
+    assert len(set(starts)) == 1
+
+
+def test_empty_and_unsampled_exporters_say_so():
+    assert render_table(render_status(None), source="http://h:1") == (
+        "http://h:1 has not sampled its targets yet\n"
+    )
+    assert render_table(render_status(Snapshot(taken_at=T0))) == "no targets configured\n"
+
+
+@pytest.mark.integration
+def test_status_against_a_real_exporter(tmp_path):
+    toml = f'[[target]]\nname = "gone"\nengine = "vllm"\nbase_url = "http://127.0.0.1:{closed_port()}"\n'
+    with exporter(tmp_path, toml) as exp:
+        done = cli("status", "--url", exp.url)
+    assert done.returncode == 0, done.stderr
+    header, row = done.stdout.splitlines()
+    assert header.startswith("TARGET")
+    assert row.split()[:3] == ["gone", "vllm", "down"]
+
+
+@pytest.mark.integration
+def test_status_exit_2_when_the_exporter_is_unreachable():
+    done = cli("status", "--url", f"http://127.0.0.1:{closed_port()}")
+    assert done.returncode == 2
+    assert "status: cannot reach the exporter" in done.stderr
