@@ -116,7 +116,7 @@ SCHEMA = {
 }
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> Any:
     return json.loads(path.read_text())
 
 

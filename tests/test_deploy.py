@@ -302,7 +302,7 @@ def test_crd_schema_catches_a_misspelt_field():
         jsonschema.validate(monitor, CRD_SCHEMAS["ServiceMonitor"])
 
 
-def _pod() -> dict[str, Any]:
+def _pod() -> Any:
     return manifests()["DaemonSet"]["spec"]["template"]["spec"]
 
 

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -34,11 +35,11 @@ def run_promtool(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def rules(path: Path) -> list[dict]:
+def rules(path: Path) -> list[dict[str, Any]]:
     return [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
 
 
-def alerts() -> list[dict]:
+def alerts() -> list[dict[str, Any]]:
     return rules(PROM / "alerts.yml")
 
 
@@ -121,7 +122,7 @@ def test_every_alert_has_the_node_mixin_shape(alert):
     assert annotations["summary"].endswith(".")
 
 
-def _unit_test_cases() -> list[dict]:
+def _unit_test_cases() -> list[dict[str, Any]]:
     cases = []
     for path in sorted((PROM / "tests").glob("*.yml")):
         for group in yaml.safe_load(path.read_text())["tests"]:

@@ -50,7 +50,8 @@ IN_DEPLOYMENT: Final = (
     + ',deployment=~"$deployment"}'
 )
 
-P = TypeVar("P", bound=Builder[model.Panel])
+Panel = Builder[model.Panel]
+P = TypeVar("P", bound=Panel)
 
 
 def query(expr: str, legend: str = "", *, instant: bool = False) -> prom.Dataquery:
@@ -178,6 +179,15 @@ def frame(title: str, uid: str, description: str, *, multi: bool) -> dash.Dashbo
     return d.link(link.tags([TAG]).as_dropdown(False).include_vars(True).keep_time(True))
 
 
+def with_rows(d: dash.Dashboard, *rows: tuple[str, list[Panel]]) -> dash.Dashboard:
+    """Add each row and its panels; the SDK lays them out left to right, top to bottom."""
+    for title, panels in rows:
+        d = d.with_row(dash.Row(title))
+        for panel in panels:
+            d = d.with_panel(panel)
+    return d
+
+
 def cold_start() -> dash.Dashboard:
     """One host and target through its cold start."""
     d = frame(
@@ -186,50 +196,55 @@ def cold_start() -> dash.Dashboard:
         "One inference server's cold start: phase, progress, evidence, probes and history.",
         multi=False,
     )
-    d = d.with_row(dash.Row("Now"))
-    phase = single("Phase", "none", query(phase_code(ONE), instant=True), w=4)
-    d = d.with_panel(phase.mappings(PHASE_MAPPING).color_mode(common.BigValueColorMode.BACKGROUND))
-    stalled = single("Stalled", "none", query(f"inference_server_stalled{{{ONE}}}"), w=3)
-    d = d.with_panel(stalled.mappings(FLAG_MAPPING).color_mode(common.BigValueColorMode.BACKGROUND))
-    ready = single("Ready", "none", query(f"inference_server_ready{{{ONE}}}"), w=3)
-    d = d.with_panel(ready.mappings(mapping((0, "no", "text"), (1, "READY", "green"))))
-    d = d.with_panel(
+    return with_rows(
+        d,
+        ("Now", _cold_start_now()),
+        ("Cold start", _cold_start_progress()),
+        ("Evidence", _cold_start_evidence()),
+        ("Probes, logs and history", _cold_start_probes()),
+    )
+
+
+def _cold_start_now() -> list[Panel]:
+    background = common.BigValueColorMode.BACKGROUND
+    return [
+        single("Phase", "none", query(phase_code(ONE), instant=True), w=4)
+        .mappings(PHASE_MAPPING)
+        .color_mode(background),
+        single("Stalled", "none", query(f"inference_server_stalled{{{ONE}}}"), w=3)
+        .mappings(FLAG_MAPPING)
+        .color_mode(background),
+        single("Ready", "none", query(f"inference_server_ready{{{ONE}}}"), w=3).mappings(
+            mapping((0, "no", "text"), (1, "READY", "green"))
+        ),
         single(
             "Load progress", "percentunit", query(f"inference_server_load_progress_ratio{{{ONE}}}")
-        )
-    )
-    d = d.with_panel(
+        ),
         single(
             "ETA",
             "s",
             query(f"inference_server_eta_seconds{{{ONE}}}"),
             w=3,
             desc="From the load rate and this target's past starts; absent when unknown.",
-        )
-    )
-    d = d.with_panel(
+        ),
         single(
             "This start so far",
             "s",
             query(f"time() - inference_server_process_start_time_seconds{{{ONE}}}"),
             desc="Since the engine's main process started (survives exporter restarts).",
-        )
-    )
-    d = d.with_panel(
+        ),
         single(
             "Last cold start",
             "s",
             query(f"inference_server_last_cold_start_duration_seconds{{{ONE}}}"),
             w=3,
-        )
-    )
-    return _cold_start_rows(d)
+        ),
+    ]
 
 
-def _cold_start_rows(d: dash.Dashboard) -> dash.Dashboard:
-    d = d.with_row(dash.Row("Cold start"))
-    d = d.with_panel(timeline("Phase", query(phase_code(ONE), "phase"), PHASE_MAPPING, h=4))
-    d = d.with_panel(
+def _cold_start_progress() -> list[Panel]:
+    return [
+        timeline("Phase", query(phase_code(ONE), "phase"), PHASE_MAPPING, h=4),
         series(
             "Load progress",
             "percentunit",
@@ -238,12 +253,8 @@ def _cold_start_rows(d: dash.Dashboard) -> dash.Dashboard:
             desc="Shard counts from the log, else bytes read or GPU memory against the model.",
         )
         .min(0)
-        .max(1)
-    )
-    d = d.with_panel(
-        series("ETA", "s", query(f"inference_server_eta_seconds{{{ONE}}}", "ETA"), w=8)
-    )
-    d = d.with_panel(
+        .max(1),
+        series("ETA", "s", query(f"inference_server_eta_seconds{{{ONE}}}", "ETA"), w=8),
         series(
             "Time since progress evidence",
             "s",
@@ -254,19 +265,15 @@ def _cold_start_rows(d: dash.Dashboard) -> dash.Dashboard:
             desc="Disk reads, GPU memory, log lines, CPU time and new processes count as "
             "progress; GPU utilisation does not. Stalled once this passes the phase's "
             "threshold.",
-        )
-    )
-    d = d.with_panel(
+        ),
         timeline(
             "Stall flag", query(f"inference_server_stalled{{{ONE}}}", "stalled"), FLAG_MAPPING, h=3
-        )
-    )
-    return _evidence_rows(d)
+        ),
+    ]
 
 
-def _evidence_rows(d: dash.Dashboard) -> dash.Dashboard:
-    d = d.with_row(dash.Row("Evidence"))
-    d = d.with_panel(
+def _cold_start_evidence() -> list[Panel]:
+    return [
         series(
             "GPU memory per GPU",
             "bytes",
@@ -275,9 +282,7 @@ def _evidence_rows(d: dash.Dashboard) -> dash.Dashboard:
             query(f"inference_gpu_foreign_memory_used_bytes{{{HOST}}}", "GPU {{gpu}} foreign"),
             desc="Foreign: held by processes of no watched server, e.g. an engine auto-started "
             "at boot.",
-        )
-    )
-    d = d.with_panel(
+        ),
         series(
             "PCIe and disk read throughput",
             "Bps",
@@ -290,17 +295,13 @@ def _evidence_rows(d: dash.Dashboard) -> dash.Dashboard:
                 "host disks",
             ),
             query(f"inference_gpu_pcie_rx_bytes_per_second{{{HOST}}}", "GPU {{gpu}} PCIe RX"),
-        )
-    )
-    d = d.with_panel(
+        ),
         series(
             "Resident memory",
             "bytes",
             query(f"inference_server_process_resident_memory_bytes{{{ONE}}}", "RSS"),
             w=8,
-        )
-    )
-    d = d.with_panel(
+        ),
         series(
             "CPU",
             "short",
@@ -310,40 +311,32 @@ def _evidence_rows(d: dash.Dashboard) -> dash.Dashboard:
             ),
             query(f"inference_server_processes{{{ONE}}}", "processes"),
             w=8,
-        )
-    )
-    d = d.with_panel(
+        ),
         series(
             "GPU utilisation",
             "percentunit",
             query(f"inference_gpu_utilization_ratio{{{HOST}}}", "GPU {{gpu}}"),
             w=8,
             desc="Never progress evidence on its own: an NCCL hang can show 100 %.",
-        )
-    )
-    return _probe_rows(d)
+        ),
+    ]
 
 
-def _probe_rows(d: dash.Dashboard) -> dash.Dashboard:
-    d = d.with_row(dash.Row("Probes, logs and history"))
-    d = d.with_panel(
+def _cold_start_probes() -> list[Panel]:
+    return [
         series(
             "Probe latency",
             "s",
             query(f"inference_server_probe_duration_seconds{{{ONE}}}", "{{probe}}"),
             w=8,
-        )
-    )
-    d = d.with_panel(
+        ),
         timeline(
             "Probe outcome",
             query(f"inference_server_probe_success{{{ONE}}}", "{{probe}}"),
             mapping((0, "fail", "red"), (1, "ok", "green")),
             w=8,
             h=8,
-        )
-    )
-    d = d.with_panel(
+        ),
         series(
             "Notable log lines",
             "short",
@@ -355,9 +348,7 @@ def _probe_rows(d: dash.Dashboard) -> dash.Dashboard:
             w=8,
             desc="Benign: known startup noise (e.g. CUTE_DSL packing errors). Fatal ends "
             "the start.",
-        ).draw_style(common.GraphDrawStyle.BARS)
-    )
-    d = d.with_panel(
+        ).draw_style(common.GraphDrawStyle.BARS),
         series(
             "This start against previous starts",
             "s",
@@ -371,9 +362,7 @@ def _probe_rows(d: dash.Dashboard) -> dash.Dashboard:
                 f" / (inference_server_cold_start_duration_seconds_count{{{ONE}}} > 0)",
                 "mean of starts seen",
             ),
-        )
-    )
-    return d.with_panel(
+        ),
         bars(
             "Last cold start by phase",
             "s",
@@ -382,8 +371,8 @@ def _probe_rows(d: dash.Dashboard) -> dash.Dashboard:
                 "{{phase}}",
                 instant=True,
             ),
-        )
-    )
+        ),
+    ]
 
 
 def fleet() -> dash.Dashboard:
@@ -395,30 +384,30 @@ def fleet() -> dash.Dashboard:
         "durations by deployment and model, restarts.",
         multi=True,
     )
-    d = d.with_row(dash.Row("Now"))
-    d = d.with_panel(
-        single(
-            "Targets",
-            "none",
-            query(f'count(inference_server_info{{{MANY},deployment=~"$deployment"}})'),
-        )
+    return with_rows(
+        d,
+        ("Now", _fleet_now()),
+        ("Cold starts", _fleet_cold_starts()),
+        ("Restarts, failures and alerts", _fleet_trouble()),
     )
-    for title, expr in (
+
+
+def _fleet_now() -> list[Panel]:
+    counts = [
+        ("Targets", f'count(inference_server_info{{{MANY},deployment=~"$deployment"}})'),
         ("Ready", f"sum(inference_server_ready{{{MANY}}}{IN_DEPLOYMENT})"),
         ("Stalled now", f"sum(inference_server_stalled{{{MANY}}}{IN_DEPLOYMENT})"),
         ("Failed now", f'sum(inference_server_phase{{{MANY},phase="failed"}}{IN_DEPLOYMENT})'),
         ("Degraded now", f'sum(inference_server_phase{{{MANY},phase="degraded"}}{IN_DEPLOYMENT})'),
-    ):
-        d = d.with_panel(single(title, "none", query(expr)))
-    d = d.with_panel(
+    ]
+    return [
+        *(single(title, "none", query(expr)) for title, expr in counts),
         single(
             "Sources down",
             "none",
             query('count(inference_exporter_source_up{instance=~"$instance"} == 0) or vector(0)'),
             desc="Exporter sources (process, nvml, disk, logs, probe, history) failing now.",
-        )
-    )
-    d = d.with_panel(
+        ),
         bars(
             "Targets by phase",
             "none",
@@ -428,26 +417,21 @@ def fleet() -> dash.Dashboard:
                 instant=True,
             ),
             w=8,
-        )
-    )
-    d = d.with_panel(
+        ),
         timeline(
             "Phase by target",
             query(phase_code(MANY) + IN_DEPLOYMENT, "{{instance}} {{target}}"),
             PHASE_MAPPING,
             w=16,
             h=8,
-        )
-    )
-    d = d.with_panel(
+        ),
         timeline(
             "Stalled by target",
             query(f"inference_server_stalled{{{MANY}}}{IN_DEPLOYMENT}", "{{instance}} {{target}}"),
             FLAG_MAPPING,
             h=6,
-        )
-    )
-    return _fleet_rows(d)
+        ),
+    ]
 
 
 def _quantile(q: float) -> prom.Dataquery:
@@ -456,18 +440,15 @@ def _quantile(q: float) -> prom.Dataquery:
     return query(expr, f"p{round(q * 100)} {{{{deployment}}}} {{{{model}}}}", instant=True)
 
 
-def _fleet_rows(d: dash.Dashboard) -> dash.Dashboard:
-    d = d.with_row(dash.Row("Cold starts"))
-    d = d.with_panel(
+def _fleet_cold_starts() -> list[Panel]:
+    return [
         bars(
             "Cold-start duration p50 / p95 by deployment and model",
             "s",
             _quantile(0.5),
             _quantile(0.95),
             desc="Over the dashboard's time range, from the exporter's histogram.",
-        )
-    )
-    d = d.with_panel(
+        ),
         bars(
             "Last cold start by target",
             "s",
@@ -476,9 +457,7 @@ def _fleet_rows(d: dash.Dashboard) -> dash.Dashboard:
                 "{{instance}} {{target}}",
                 instant=True,
             ),
-        )
-    )
-    d = d.with_panel(
+        ),
         series(
             "Deployment readiness",
             "percentunit",
@@ -492,41 +471,30 @@ def _fleet_rows(d: dash.Dashboard) -> dash.Dashboard:
             ),
             desc="Recording rules in deploy/prometheus/rules.yml: a model served across "
             "hosts reads as one.",
+            w=24,
         )
         .min(0)
-        .max(1)
-    )
-    d = d.with_panel(
-        bars(
-            "Restarts in range",
-            "none",
-            query(
-                f"sum by (instance, target) (increase(inference_server_restarts_total"
-                f"{{{MANY}}}[$__range]){IN_DEPLOYMENT})",
-                "{{instance}} {{target}}",
-                instant=True,
-            ),
-            w=6,
-        )
-    )
-    d = d.with_panel(
-        bars(
-            "Failed starts in range by reason",
-            "none",
-            query(
-                f"sum by (reason) (increase(inference_server_start_failures_total"
-                f"{{{MANY}}}[$__range]){IN_DEPLOYMENT})",
-                "{{reason}}",
-                instant=True,
-            ),
-            w=6,
-        )
-    )
+        .max(1),
+    ]
+
+
+def _in_range(title: str, counter: str, by: str) -> bargauge.Panel:
+    """How much a counter grew over the dashboard's time range, summed by ``by``."""
+    expr = f"sum by ({by}) (increase({counter}{{{MANY}}}[$__range]){IN_DEPLOYMENT})"
+    legend = " ".join(f"{{{{{label.strip()}}}}}" for label in by.split(","))
+    return bars(title, "none", query(expr, legend, instant=True))
+
+
+def _fleet_trouble() -> list[Panel]:
     alerts = table.Panel().title("Firing alerts").datasource(DATASOURCE).height(6).span(24)
-    q = query(
-        'ALERTS{alertstate="firing",alertname=~"Inference.*",instance=~"$instance"}', instant=True
-    ).format(PromQueryFormat.TABLE)
-    return d.with_panel(_with_queries(alerts, [q]))
+    firing = 'ALERTS{alertstate="firing",alertname=~"Inference.*",instance=~"$instance"}'
+    return [
+        _in_range("Restarts in range", "inference_server_restarts_total", "instance, target"),
+        _in_range(
+            "Failed starts in range by reason", "inference_server_start_failures_total", "reason"
+        ),
+        _with_queries(alerts, [query(firing, instant=True).format(PromQueryFormat.TABLE)]),
+    ]
 
 
 DASHBOARDS: Final = {"inference-cold-start.json": cold_start, "inference-fleet.json": fleet}

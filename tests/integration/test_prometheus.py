@@ -67,17 +67,17 @@ class Prometheus:
         assert body["status"] == "success", f"{params}: {body.get('error')}"
         return body["data"]
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
+    def query(self, expr: str) -> Any:
         return self.api("query", query=expr)["result"]
 
-    def query_range(self, expr: str, start: float) -> list[dict[str, Any]]:
+    def query_range(self, expr: str, start: float) -> Any:
         end = time.time()
         start = end - math.ceil(end - start)  # on the step grid, so the last step is "now"
         return self.api(
             "query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step="1"
         )["result"]
 
-    def wait_for(self, expr: str, what: str, timeout: float = 40.0) -> list[dict[str, Any]]:
+    def wait_for(self, expr: str, what: str, timeout: float = 40.0) -> Any:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with_data = self.query(expr)
