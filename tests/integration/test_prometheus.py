@@ -180,7 +180,7 @@ def merged_gpus(state: Path, sims: list[Simulator]) -> Iterator[None]:
 
 
 def substitute(expr: str, variables: dict[str, str]) -> str:
-    for name in sorted(variables, key=len, reverse=True):  # $__range before $__rate...
+    for name in sorted(variables, key=len, reverse=True):  # longest first: no name inside another
         expr = expr.replace(name, variables[name])
     return expr
 
