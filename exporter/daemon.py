@@ -347,7 +347,23 @@ class Daemon:
             if delay < 0:  # fell behind (a slow tick): skip, don't burst
                 next_at = time.monotonic()
                 delay = 0
+            self._wait(stop, delay)
+
+    def _wait(self, stop: threading.Event, delay: float) -> None:
+        """Sleep until the next tick; with a watchdog, ping it from here at half its period.
+
+        Pings come only from this loop between finished ticks, so a wedged tick still stops
+        them and systemd restarts the daemon, even when the interval exceeds the watchdog.
+        """
+        period = self.notifier.watchdog_seconds
+        if period is None:
             stop.wait(delay)
+            return
+        end = time.monotonic() + delay
+        while not stop.wait(max(0.0, min(period / 2, end - time.monotonic()))):
+            if time.monotonic() >= end:
+                return
+            self.notifier.notify("WATCHDOG=1")
 
     def reload(self, load: Callable[[], Settings]) -> bool:
         """Apply a new config; targets that keep their name keep their lifecycle state."""

@@ -6,7 +6,7 @@ set -euo pipefail
 
 case "${1:-test}" in
   demo) packages=(gcc) ;;
-  test) packages=(gcc pkg-config libsystemd-dev systemd-journal-remote prometheus
+  test) packages=(gcc pkg-config libsystemd-dev systemd systemd-journal-remote procps prometheus
                   prometheus-node-exporter chromium chromium-driver cmake g++) ;;
   *) echo "usage: $0 demo|test" >&2; exit 2 ;;
 esac
