@@ -80,8 +80,9 @@
 
   function reason(t) {
     const p = el("p", "reason");
-    if (t.stalled && t.stall_reason) p.append(el("span", "stall-reason", t.stall_reason + ". "));
-    p.append(el("span", "", t.failure_reason ? t.failure_reason + ": " + t.reason : t.reason));
+    if (t.stalled && t.stall_reason) p.append(el("span", "stall-reason", t.stall_reason), el("br"));
+    const why = t.failure_reason && !String(t.reason).includes(t.failure_reason);
+    p.append(el("span", "", why ? t.failure_reason + ": " + t.reason : t.reason));
     return p;
   }
 
@@ -95,6 +96,9 @@
 
   function progress(t) {
     const box = el("div", "progress");
+    if ((t.progress_ratio === null || t.progress_ratio === undefined) && !STARTUP.includes(t.phase)) {
+      return box; // down or failed before any progress: an empty bar says nothing
+    }
     box.append(bar(t.progress_ratio, phaseClass(t.phase)), el("span", "pct", pct(t.progress_ratio)));
     box.append(el("span", "eta", etaText(t)));
     return box;
@@ -131,13 +135,14 @@
     const sum = (rows) => rows.reduce((s, x) => s + x.seconds, 0);
     const scale = Math.max(sum(now), sum(prevRows), 1);
     box.append(el("div", "section-title", "phase timeline"));
-    if (now.length) {
-      const done = t.phase === "failed" ? "failed after " : t.ready ? "ready in " : "";
-      box.append(timelineRow("this start", now, scale, (s) => done + dur(s), "current"));
-    }
+    // The previous start on top, this one under it, on one time scale: compare at a glance.
     if (prevRows.length) {
       const how = prev.outcome === "ready" ? "ready in " : (prev.reason || "failed") + " after ";
       box.append(timelineRow("previous", prevRows, scale, () => how + dur(prev.duration_seconds), "previous"));
+    }
+    if (now.length) {
+      const done = t.phase === "failed" ? "failed after " : t.ready ? "ready in " : "";
+      box.append(timelineRow("this start", now, scale, (s) => done + dur(s), "current"));
     }
     return box;
   }

@@ -1,0 +1,286 @@
+"""The live page in real headless Chromium (WebDriver), under the CSP the exporter sends.
+
+One test follows real simulated cold starts through a real exporter process and saves
+``artifacts/page.png``; the other serves a hand-built snapshot to check what needs history.
+Debian packages ``chromium`` and ``chromium-driver`` provide the browser; none is downloaded.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.wait import WebDriverWait
+
+from exporter.lifecycle import ColdStart, initial_state
+from exporter.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
+from exporter.page import page_csp
+from exporter.simnvml import build_simulated_nvml
+from exporter.snapshot import Snapshot, TargetInfo, TargetSnapshot
+from tests.integration.harness import ROOT, Simulator, exporter, simulator, stop, target_toml
+from tests.test_page import page_server
+
+pytestmark = pytest.mark.integration
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+ARTIFACTS = ROOT / "artifacts"
+INTERVAL = 0.25
+GiB = 2**30
+T0 = 1_700_000_000.0
+ORDER = ["down", "starting", "loading", "initializing", "ready", "serving"]
+XSS = "<img src=x onerror=\"document.title='pwned'\">"
+
+#: Everything the tests read from the page, in one call (the page redraws every second).
+READ_CARDS = """
+return Array.from(document.querySelectorAll("section.target")).map((c) => {
+  const bar = c.querySelector(".progress .bar"), fill = c.querySelector(".progress .fill");
+  const stall = c.querySelector(".badge.stall");
+  return {
+    target: c.dataset.target,
+    phase: c.querySelector(".badge.phase").textContent,
+    stalled: !!stall && stall.getBoundingClientRect().width > 0,
+    progress: fill ? fill.getBoundingClientRect().width / bar.getBoundingClientRect().width : null,
+    eta: fill ? c.querySelector(".progress .eta").textContent : null,
+    reason: c.querySelector(".reason").textContent,
+    rows: Array.from(c.querySelectorAll(".tl-row")).map((r) => ({
+      label: r.querySelector(".label").textContent,
+      segments: Array.from(r.querySelectorAll(".seg")).map((s) => s.textContent),
+      total: r.querySelector(".total").textContent,
+    })),
+    gpus: Array.from(c.querySelectorAll(".gpu")).map((g) =>
+      Array.from(g.children).map((x) => x.textContent).filter(Boolean)),
+    lines: Array.from(c.querySelectorAll(".lines .text")).map((e) => e.textContent),
+    images: c.querySelectorAll("img").length,
+  };
+});
+"""
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--window-size=1200,1000",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def page(browser):
+    """The shared browser on a blank page, its console emptied of earlier tests' messages."""
+    browser.get("about:blank")
+    browser.get_log("browser")
+    yield browser
+    browser.get("about:blank")  # stop polling before the test's servers go away
+
+
+def cards(driver) -> dict[str, dict[str, Any]]:
+    return {c["target"]: c for c in driver.execute_script(READ_CARDS)}
+
+
+def until(
+    driver, check: Callable[[dict[str, dict[str, Any]]], bool], what: str, timeout: float = 60
+) -> dict[str, dict[str, Any]]:
+    """Read the page every 0.2 s until ``check`` holds; return what it showed then."""
+    deadline = time.monotonic() + timeout
+    seen: dict[str, dict[str, Any]] = {}
+    while time.monotonic() < deadline:
+        seen = cards(driver)
+        if check(seen):
+            return seen
+        time.sleep(0.2)
+    raise AssertionError(f"page never showed {what}; last: {seen}")
+
+
+def severe_console_messages(driver) -> list[str]:
+    """Console errors; a CSP violation (a blocked inline script or style) would be one."""
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def restart(sim: Simulator) -> None:
+    """Stop the simulated engine and start it again with the same flags: a new cold start."""
+    old = sim.proc
+    stop(old)
+    if old.stdout is not None:
+        old.stdout.close()
+    sim.proc = subprocess.Popen(old.args, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def follow_demo(driver) -> tuple[list[str], list[float]]:
+    """Phases and progress the demo card shows until it is serving."""
+    phases: list[str] = []
+    progress: list[float] = []
+
+    def serving(seen: dict[str, dict[str, Any]]) -> bool:
+        demo = seen.get("demo")
+        if demo is None:
+            return False
+        if not phases or phases[-1] != demo["phase"]:
+            phases.append(demo["phase"])
+        if demo["phase"] == "loading":
+            progress.append(demo["progress"])
+        return demo["phase"] == "serving"
+
+    until(driver, serving, "demo serving")
+    return phases, progress
+
+
+def test_page_follows_a_cold_start_a_stall_and_a_restart(tmp_path, page):
+    browser = page
+    nvml_dir = build_simulated_nvml(tmp_path / "nvml").parent
+    stall = 'starting = "20s"\nloading = "2s"\ninitializing = "20s"'
+    with (
+        simulator(tmp_path, weights_mb=32, read_mbps=8, start_seconds=2, init_seconds=2) as demo,
+        simulator(tmp_path, scenario="hang-loading", weights_mb=32, read_mbps=16, gpus=1) as hang,
+        exporter(
+            tmp_path,
+            target_toml("demo", demo, interval=INTERVAL)
+            + target_toml("hang", hang, stall=stall, interval=INTERVAL),
+            interval=INTERVAL,
+            env={"SIMULATED_NVML_STATE": str(demo.gpu_state)},
+            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+        ) as exp,
+    ):
+        with urllib.request.urlopen(exp.url + "/", timeout=5) as reply:
+            assert reply.headers["Content-Security-Policy"] == page_csp()
+        browser.get(exp.url + "/")
+        phases, progress = follow_demo(browser)
+        assert phases == [p for p in ORDER if p in phases], phases  # shown in lifecycle order
+        assert {"loading", "serving"} <= set(phases) and len(phases) >= 3, phases
+        assert len(set(progress)) >= 2 and progress == sorted(progress), progress  # it moves
+        seen = until(browser, lambda s: s["demo"]["progress"] > 0.99, "a full bar")
+        assert [g[0] for g in seen["demo"]["gpus"]] == ["GPU 0", "GPU 1"]
+        assert all(g[1].endswith(" GiB / 79.6 GiB") for g in seen["demo"]["gpus"])
+
+        seen = until(browser, lambda s: s["hang"]["stalled"], "the hang as a stall", 30)
+        assert seen["hang"]["phase"] == "loading"
+        assert "no progress evidence" in seen["hang"]["reason"]
+
+        with open(hang.log_file, "a") as log:
+            log.write(f"ERROR 01-01 00:00:00 weights path {XSS} unreadable\n")
+        seen = until(browser, lambda s: any(XSS in x for x in s["hang"]["lines"]), "the line")
+        assert seen["hang"]["images"] == 0 and browser.title == "inference-lifecycle-exporter"
+
+        restart(demo)
+        seen = until(
+            browser,
+            lambda s: s["demo"]["phase"] == "loading" and len(s["demo"]["rows"]) == 2,
+            "the new start under the previous one",
+        )
+        previous, current = seen["demo"]["rows"]
+        assert (previous["label"], current["label"]) == ("previous", "this start")
+        assert previous["total"].startswith("ready in ")
+        shown = [s.split()[0] for s in previous["segments"]]
+        # (the exporter may have first seen that start already loading)
+        assert shown[-2:] == ["loading", "initializing"] and shown == sorted(shown, key=ORDER.index)
+        assert "last start took" in seen["demo"]["eta"]
+        # The screenshot shows the new start's weights well on their way to the GPUs.
+        until(
+            browser,
+            lambda s: len(s["demo"]["gpus"]) == 2 and s["demo"]["progress"] > 0.3,
+            "the new start's weights arriving",
+        )
+        ARTIFACTS.mkdir(exist_ok=True)
+        assert browser.save_screenshot(str(ARTIFACTS / "page.png"))
+        assert severe_console_messages(browser) == []
+
+
+def history_snapshot() -> Snapshot:
+    """A target loading its third start with history, and a failed one, with hostile text."""
+    prev = ColdStart(
+        T0 - 3600,
+        T0 - 2960,
+        "ready",
+        None,
+        ((Phase.STARTING, 40.0), (Phase.LOADING, 420.0), (Phase.INITIALIZING, 180.0)),
+        (),
+        None,
+        None,
+    )
+    loading = replace(
+        initial_state("kimi"),
+        phase=Phase.LOADING,
+        phase_since=T0 + 30,
+        create_time=T0,
+        started_at=T0,
+        phase_seconds=((Phase.STARTING, 30.0),),
+        progress_ratio=0.45,
+        eta_seconds=260.0,
+        reason="shard progress in logs",
+        last_cold_start=prev,
+    )
+    fatal = LogEvent(LogClass.FATAL, f"NCCL error {XSS}", T0 + 50, fatal_reason=FailureReason.NCCL)
+    failed = replace(
+        initial_state("llama"),
+        phase=Phase.FAILED,
+        phase_since=T0 + 50,
+        failure_reason=FailureReason.NCCL,
+        reason="fatal log line: nccl",
+        notable_lines=(fatal,),
+    )
+    gpus = tuple(GpuSample(i, f"GPU-{i}", "H200", True, 40 * GiB, 141 * GiB) for i in range(4))
+    process = ProcessSample(9, T0, (9, 10, 11), 14 * GiB, 300.0, 200 * GiB)
+    return Snapshot(
+        taken_at=T0 + 230,
+        targets=(
+            TargetSnapshot(
+                TargetInfo("kimi", "sglang", "prod", "kimi-k2"),
+                loading,
+                process,
+                tuple((i, 38 * GiB) for i in range(4)),
+                recent_starts=(prev,),
+                typical_start_seconds=640.0,
+            ),
+            TargetSnapshot(TargetInfo("llama", "llamacpp"), failed),
+        ),
+        gpus=gpus,
+        version="test",
+    )
+
+
+def test_page_shows_history_gpus_and_failures_from_a_snapshot(page):
+    browser = page
+    with page_server(history_snapshot()) as url:
+        browser.get(url + "/")
+        seen = until(browser, lambda s: len(s) == 2, "both targets", 20)
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "page-history.png"))
+        assert severe_console_messages(browser) == []  # nothing blocked by the CSP
+    banner = browser.find_element(By.ID, "conn")
+    WebDriverWait(browser, 10, poll_frequency=0.2).until(lambda _: banner.is_displayed())
+    assert banner.text.startswith("cannot read /status")
+    assert len(cards(browser)) == 2  # the last good view stays while the exporter is away
+    kimi, llama = seen["kimi"], seen["llama"]
+    assert kimi["eta"].startswith("ETA 4m20s · usually ready in 10m40s")
+    assert [r["label"] for r in kimi["rows"]] == ["previous", "this start"]
+    assert kimi["rows"][0]["segments"] == ["starting 40s", "loading 7m00s", "initializing 3m00s"]
+    assert kimi["rows"][1]["segments"] == ["starting 30s", "loading 3m20s"]
+    assert kimi["gpus"] == [[f"GPU {i}", "38.0 GiB / 141.0 GiB"] for i in range(4)]
+    assert llama["phase"] == "failed" and llama["reason"] == "fatal log line: nccl"
+    assert llama["progress"] is None  # no bar for a start that never showed progress
+    assert llama["lines"] == [f"NCCL error {XSS}"] and llama["images"] == 0
+    assert browser.title == "inference-lifecycle-exporter"
