@@ -4,8 +4,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# Real inference engines for tests/realengines, built once and cached by tools/real-engines.sh.
+export LLAMA_SERVER ?= $(shell tools/real-engines.sh env LLAMA_SERVER)
+export VLLM_PYTHON ?= $(shell tools/real-engines.sh env VLLM_PYTHON)
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean real-engines
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +32,10 @@ lint: $(VENV)/.installed-test
 	$(BIN)/python -m ruff format --check exporter tests
 	$(BIN)/python -m mypy
 
-test: lint
+real-engines: $(VENV)/.installed-test
+	tools/real-engines.sh install
+
+test: lint real-engines
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test

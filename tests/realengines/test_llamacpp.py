@@ -1,0 +1,134 @@
+"""The real exporter watching a real llama.cpp ``llama-server`` through cold starts.
+
+llama-server is built from the llama.cpp source in the llama-cpp-python sdist (``make
+real-engines``); the models are seeded random GGUFs made by ``make_tiny_gguf.py``. The engine
+writes its real log to a file and is found by its command line, as in production.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import ROOT, exporter, free_port
+from tests.realengines.engines import (
+    ORDER,
+    complete,
+    engine_process,
+    expect_wait,
+    llama_server_cmd,
+    target_toml,
+    throttle_unavailable,
+    throttled_reads,
+    watch,
+)
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.integration]
+INTERVAL = 0.25
+#: 105 MB at 40 MiB/s: loading lasts about 2.5 s, ten ticks.
+THROTTLE_BYTES_PER_SECOND = 40 * 2**20
+
+
+def _llama_target(port: int, log_file: Path, model: Path) -> str:
+    return target_toml(
+        "llama",
+        "llamacpp",
+        port,
+        process_regex=rf"llama-server .*--port {port}( |$)",
+        log_file=log_file,
+        model_path=model,
+        completion_model="any-name",  # llama-server serves its one model under any name
+        interval=INTERVAL,
+    )
+
+
+def test_throttled_cold_start_is_seen_loading_then_ready_then_serving(
+    tmp_path, llama_server, gguf_models
+):
+    model = gguf_models["medium"]
+    if reason := throttle_unavailable(model):
+        pytest.skip(f"cannot make the load last seconds: {reason}")
+    port, log_file = free_port(), tmp_path / "llama-server.log"
+    with exporter(tmp_path, _llama_target(port, log_file, model), interval=INTERVAL) as exp:
+        assert exp.target("llama")["phase"] == "down"
+        with (
+            throttled_reads(model, THROTTLE_BYTES_PER_SECOND) as cgroup,
+            engine_process(
+                llama_server_cmd(llama_server, model, port, load_mode="dio"),
+                log_file,
+                port,
+                cgroup=cgroup,
+            ) as engine,
+        ):
+            timeline = watch(
+                exp,
+                "llama",
+                lambda d: d["phase"] in ("serving", "failed"),
+                timeout=60,
+                engine=engine,
+            )
+            reply = complete(engine.url, "any-name")
+    assert reply["choices"] and reply["choices"][0]["finish_reason"] == "length"
+
+    phases = timeline.phases()
+    assert phases == [p for p in ORDER if p in phases], phases
+    assert {"down", "loading", "ready", "serving"} <= set(phases), phases
+    loading = timeline.during("loading")
+    # llama.cpp answers 503 {"error":{"message":"Loading model"}} while it reads the weights
+    assert any(
+        d["probes"]["health"]["status_code"] == 503 and d["probes"]["health"]["loading"]
+        for d in loading
+    ), loading[-1]["probes"]
+    assert max(d["phase_seconds"] for d in loading) >= 1.0
+    # O_DIRECT weight reads show in the tree's read_bytes, rising while the phase is loading
+    size = model.stat().st_size
+    ramp = sorted({d["process"]["read_bytes"] for d in loading if d["process"]})
+    assert len([b for b in ramp if 0 < b < size]) >= 2, ramp
+    assert any(0 < (d["progress_ratio"] or 0) < 1 for d in loading)
+    serving = timeline.samples[-1]
+    assert serving["phase"] == "serving", serving["reason"]
+    assert serving["process"]["read_bytes"] >= size
+    assert serving["probes"]["completion"]["outcome"] == "ok"
+    assert serving["last_cold_start"]["outcome"] == "ready"
+
+
+def test_truncated_model_makes_the_engine_exit_and_is_reported_failed(
+    tmp_path, llama_server, gguf_models
+):
+    whole = gguf_models["tiny"].read_bytes()
+    model = tmp_path / "truncated.gguf"
+    model.write_bytes(whole[: len(whole) // 2])
+    port, log_file = free_port(), tmp_path / "llama-server.log"
+    with (
+        exporter(tmp_path, _llama_target(port, log_file, model), interval=INTERVAL) as exp,
+        engine_process(llama_server_cmd(llama_server, model, port), log_file, port) as engine,
+    ):
+        assert engine.proc.wait(timeout=30) != 0
+        doc = watch(exp, "llama", lambda d: d["phase"] == "failed", timeout=20).samples[-1]
+    assert "not within the file bounds" in engine.log_text()
+    assert doc["failure_reason"] in ("crash", "exited"), doc["reason"]
+    assert any(line["class"] == "fatal" for line in doc["notable_lines"]), doc["notable_lines"]
+    assert "ready" not in [t["to"] for t in doc["transitions"]]
+
+
+@expect_wait
+def test_wait_returns_zero_once_the_real_engine_is_ready(tmp_path, llama_server, gguf_models):
+    model = gguf_models["tiny"]
+    port, log_file = free_port(), tmp_path / "llama-server.log"
+    with (
+        exporter(tmp_path, _llama_target(port, log_file, model), interval=INTERVAL) as exp,
+        engine_process(llama_server_cmd(llama_server, model, port), log_file, port),
+    ):
+        waited = subprocess.run(
+            [sys.executable, "-m", "exporter", "wait", "llama", "--url", exp.url]
+            + ["--until", "ready"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert waited.returncode == 0, waited.stderr
+        assert exp.target("llama")["phase"] in ("ready", "serving")
