@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
@@ -33,61 +34,25 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = "Run a simulated LLM inference engine that cold-starts like a real one."
     parser.epilog = _EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    add = parser.add_argument
-    add("--port", type=_port, required=True, help="HTTP port of the simulated engine")
-    add("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    add(
+    parser.add_argument("--port", type=_port, required=True, help="HTTP port of the engine")
+    parser.add_argument("--host", default=_DEFAULTS.host, help="address to bind (%(default)s)")
+    parser.add_argument(
         "--engine",
         choices=[e.value for e in SimEngine],
-        default=SimEngine.SGLANG.value,
-        help="engine to imitate: log format and HTTP semantics (default: %(default)s)",
+        default=_DEFAULTS.engine.value,
+        help="engine to imitate: log format and HTTP semantics (%(default)s)",
     )
-    add(
-        "--weights-mb",
-        type=_positive_int,
-        default=640,
-        help="size of the weight files to create and read, MiB (default: %(default)s)",
-    )
-    add(
-        "--read-mbps",
-        type=_positive_float,
-        default=25.0,
-        help="weight read rate, MiB/s (default: %(default)s)",
-    )
-    add(
-        "--start-seconds",
-        type=_non_negative_float,
-        default=5.0,
-        help="length of the starting phase (default: %(default)s)",
-    )
-    add(
-        "--init-seconds",
-        type=_non_negative_float,
-        default=20.0,
-        help="length of the initializing phase (default: %(default)s)",
-    )
-    add(
+    parser.add_argument(
         "--scenario",
         choices=[s.value for s in Scenario],
-        default=Scenario.HEALTHY.value,
-        help="how the start goes (default: %(default)s)",
+        default=_DEFAULTS.scenario.value,
+        help="how the start goes (%(default)s)",
     )
-    add(
-        "--flap-seconds",
-        type=_positive_float,
-        default=3.0,
-        help="flap scenario: length of each healthy and failing stretch (default: %(default)s)",
-    )
-    add(
-        "--gpus",
-        type=_gpu_count,
-        default=1,
-        help="simulated GPUs, one worker process each (default: %(default)s)",
-    )
-    add("--gpu-state-file", type=Path, help="publish simulated GPU state here (fake NVML reads it)")
-    add("--log-file", type=Path, help="append engine log lines here (default: stderr)")
-    add("--pid-file", type=Path, help="write the main pid here at start")
-    add("--work-dir", type=Path, help="create the weight files here (default: a temporary dir)")
+    for flag, kind, help_text in _NUMBER_FLAGS:
+        default = getattr(_DEFAULTS, flag[2:].replace("-", "_"))
+        parser.add_argument(flag, type=kind, default=default, help=f"{help_text} (%(default)s)")
+    for flag, help_text in _PATH_FLAGS:
+        parser.add_argument(flag, type=Path, help=help_text)
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
@@ -160,8 +125,11 @@ def _restore_signals(previous: Handlers) -> None:
 
 
 def _port(text: str) -> int:
-    value = _positive_int(text)
-    if value > 65535:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a TCP port 1-65535, got {text!r}")
     return value
 
@@ -198,3 +166,20 @@ def _non_negative_float(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
     return value
+
+
+_DEFAULTS = SimConfig(port=1)
+_NUMBER_FLAGS: tuple[tuple[str, Callable[[str], object], str], ...] = (
+    ("--weights-mb", _positive_int, "size of the weight files to create and read, MiB"),
+    ("--read-mbps", _positive_float, "weight read rate of all workers together, MiB/s"),
+    ("--start-seconds", _non_negative_float, "length of the starting phase"),
+    ("--init-seconds", _non_negative_float, "length of the initializing phase"),
+    ("--flap-seconds", _positive_float, "flap scenario: each healthy and each failing stretch"),
+    ("--gpus", _gpu_count, "simulated GPUs, one worker process each"),
+)
+_PATH_FLAGS = (
+    ("--gpu-state-file", "publish simulated GPU state here (the fake libnvidia-ml reads it)"),
+    ("--log-file", "append engine log lines here (default: stderr)"),
+    ("--pid-file", "write the main pid here at start"),
+    ("--work-dir", "create the weight files here (default: a fresh temporary directory)"),
+)

@@ -187,10 +187,11 @@ class ColdStart:
             worker.start_loading()
         shards = len(self._segments)
         self._mark_shards(0, started)
-        shown, moved_at, last = 0, started, -1
+        shown, moved_at, last = 0, started, 0
         while shown < shards:
-            # Poll slowly once reading has stopped, so a hung load is as idle as a real one.
-            step = 1.0 if time.monotonic() - moved_at > 1.0 else TICK
+            # Poll slowly once reading has started and stopped, so a hung load is as idle as a
+            # real one; workers still importing (no bytes yet) are polled at full speed.
+            step = 1.0 if last and time.monotonic() - moved_at > 1.0 else TICK
             self._sleep_until(time.monotonic() + step, tick=step)
             read = sum(w.bytes_read for w in self._workers)
             if read != last:

@@ -99,32 +99,36 @@ def complete(engine: SimEngine, body: bytes, model: str) -> Reply:
     tokens = request.get("max_tokens", 16)
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
         return _error(engine, 400, "max_tokens must be a positive integer")
-    tokens = min(tokens, MAX_TOKENS_CAP)
-    prompt = request.get("prompt", "")
-    prompt_tokens = max(1, len(str(prompt).split()))
-    name = request.get("model") if isinstance(request.get("model"), str) else model
-    return _json_reply(
-        engine,
-        {
-            "id": f"cmpl-sim-{next(_counter)}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": name,
-            "choices": [
-                {
-                    "text": "".join(f" {_WORDS[i % len(_WORDS)]}" for i in range(tokens)),
-                    "index": 0,
-                    "logprobs": None,
-                    "finish_reason": "length",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": tokens,
-                "total_tokens": prompt_tokens + tokens,
-            },
-        },
+    name = request.get("model")
+    doc = completion_doc(
+        model=name if isinstance(name, str) else model,
+        prompt_tokens=max(1, len(str(request.get("prompt", "")).split())),
+        tokens=min(tokens, MAX_TOKENS_CAP),
     )
+    return _json_reply(engine, doc)
+
+
+def completion_doc(model: str, prompt_tokens: int, tokens: int) -> dict[str, object]:
+    """The completion response body: deterministic text, always cut by length."""
+    return {
+        "id": f"cmpl-sim-{next(_counter)}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "text": "".join(f" {_WORDS[i % len(_WORDS)]}" for i in range(tokens)),
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": tokens,
+            "total_tokens": prompt_tokens + tokens,
+        },
+    }
 
 
 def _json_reply(engine: SimEngine, doc: object, status: int = 200) -> Reply:
