@@ -239,6 +239,7 @@ class ColdStart:
     def _serve(self) -> None:
         if not self.cfg.plan.flap:
             self._sleep_until(math.inf, tick=0.5)
+            return
         while True:
             self._sleep_until(time.monotonic() + self.cfg.flap_seconds)
             self._server.health = Health.FAILING

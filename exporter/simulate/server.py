@@ -231,7 +231,10 @@ class SimServer:
         """Bind if needed, listen, and serve in a background thread."""
         self.bind()
         self._httpd.server_activate()
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="http")
+        # A short poll interval keeps SIGTERM prompt: shutdown() waits for the next poll.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="http"
+        )
         self._thread.daemon = True
         self._thread.start()
 
