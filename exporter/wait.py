@@ -261,8 +261,9 @@ def judge(doc: Mapping[str, Any], until: str) -> Verdict | None:
     if phase in _WANTED[until]:
         return Verdict(EXIT_REACHED, f"{name} is {phase} (cold start took {_start_took(doc)})")
     if phase == "failed":
-        why = doc.get("failure_reason") or "failed"
-        return Verdict(EXIT_FAILED, f"{name} failed after {took}: {why}: {doc.get('reason')}")
+        why, reason = doc.get("failure_reason") or "failed", str(doc.get("reason"))
+        text = reason if why in reason else f"{why}: {reason}"
+        return Verdict(EXIT_FAILED, f"{name} failed after {took}: {text}")
     if doc.get("stalled"):
         return Verdict(
             EXIT_FAILED, f"{name} stalled in {phase} after {took}: {doc['stall_reason']}"
@@ -555,6 +556,8 @@ def describe_probe(r: ProbeResult) -> str:
     text = str(r.status_code)
     if r.loading:
         text += " loading"
+    elif r.has_choices:
+        text += " with choices"
     elif r.outcome is ProbeOutcome.BAD_BODY:
         text += " without choices"
     return text
@@ -603,6 +606,8 @@ class _StandaloneWait:
                 prober.close()
 
     def _loop(self, health: Prober, comp: Prober | None) -> int:
+        what = f"{shown_url(self._args.health_url)} to be {self._args.until}"
+        self._out.line(f"waiting up to {format_duration(self._args.timeout)} for {what}")
         while True:
             verdict = self._round(health, comp)
             if verdict is not None:
