@@ -437,3 +437,17 @@ def test_standalone_exit_2_when_the_server_wants_a_key():
         done = cli("wait", "--health-url", server.url + "/health")
     assert done.returncode == 2
     assert "answered 401/403: pass --api-key-file or --api-key-env" in done.stderr
+
+
+@pytest.mark.integration
+def test_exit_2_when_the_exporter_wants_credentials_and_they_travel_in_the_url():
+    with LoopbackServer({"/status": reply(401)}) as locked:
+        done = cli("wait", "demo", "--url", locked.url)
+    assert done.returncode == 2
+    assert "asks for credentials: pass --url https://USER:PASSWORD@HOST" in done.stderr
+    doc = {"ready": True, "targets": [{"target": "kimi", "phase": "loading"}]}
+    with LoopbackServer({"/status": reply(200, doc)}) as server:
+        done = cli("wait", "demo", "--url", server.url.replace("//", "//alice:pw@"))
+        sent = server.requests[0].headers["authorization"]
+    assert sent == "Basic YWxpY2U6cHc="  # alice:pw
+    assert done.returncode == 2 and "known targets: kimi" in done.stderr
