@@ -36,6 +36,8 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "record": ("exporter.replay", "record observations per tick to a JSONL trace"),
     "replay": ("exporter.replay", "replay a recorded trace through the lifecycle core"),
     "replay-log": ("exporter.replaylog", "replay an engine log file through the classifier"),
+    "wait": ("exporter.wait", "wait until a target is ready (replaces curl loops)"),
+    "status": ("exporter.statuscmd", "print a table of every target's phase and progress"),
 }
 
 RUN_EPILOG: Final = """exit codes:
@@ -254,7 +256,7 @@ def serve(
     from exporter.config import Settings, load_settings
     from exporter.daemon import Daemon
     from exporter.metrics import SnapshotCollector
-    from exporter.page import render_page
+    from exporter.page import page_csp, render_page
     from exporter.status import status_json
     from exporter.web import WebRoutes, WebServer
 
@@ -271,6 +273,7 @@ def serve(
         registry=registry,
         status=lambda: status_json(daemon.latest),
         page=lambda: render_page(daemon.latest),
+        page_csp=page_csp(),
         ready=lambda: daemon.latest is not None,
     )
     server = WebServer(routes, listen_address=listen_address, web_config_file=web_config_file)
