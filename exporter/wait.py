@@ -155,20 +155,24 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise WaitError("--until serving in standalone mode needs --completion-url and --model")
     for flag in ("url", "health_url", "completion_url"):
         value = getattr(args, flag)
-        if value and urlsplit(value).scheme not in ("http", "https"):
-            raise WaitError(f"--{flag.replace('_', '-')}: {shown_url(value)}: needs http(s)://")
+        if not value:
+            continue
+        name = f"--{flag.replace('_', '-')}: {shown_url(value)}"
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise WaitError(f"{name}: needs http(s)://HOST[:PORT]")
+        try:
+            parts.port  # noqa: B018  (raises on a port that is not a number)
+        except ValueError:
+            raise WaitError(f"{name}: the port is not a number") from None
     if args.interval <= 0 or args.probe_timeout <= 0:
         raise WaitError("--interval and --probe-timeout must be above 0")
 
 
 def shown_url(url: str) -> str:
-    """A URL as safe to print: user and password dropped."""
+    """A URL as safe to print: user, password and query (it may carry a token) dropped."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 # --- formatting (shared with ``status``) ----------------------------------------------------

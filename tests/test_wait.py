@@ -62,6 +62,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def target_doc(**state_fields) -> dict:
     """One target's /status document, rendered by the real render_status."""
     typical = state_fields.pop("typical", None)
+    recent = state_fields.pop("recent_starts", ())
     state = replace(initial_state("kimi"), **state_fields)
     process = ProcessSample(9, T0, (9, 10), 14 * GiB, 30.0, 80 * GiB)
     gpus = tuple(GpuSample(i, f"GPU-{i}", "H100", True, 31 * GiB, 80 * GiB) for i in (0, 1))
@@ -74,6 +75,7 @@ def target_doc(**state_fields) -> dict:
                 process,
                 ((0, 31 * GiB), (1, 31 * GiB)),
                 typical_start_seconds=typical,
+                recent_starts=recent,
             ),
         ),
         gpus=gpus,
@@ -126,6 +128,29 @@ def test_without_history_the_previous_start_stands_in_for_usually():
     assert doc["previous_cold_start"]["duration_seconds"] == 640.0
 
 
+def test_status_keeps_the_previous_start_once_this_one_is_ready():
+    prev = ColdStart(T0 - 900, T0 - 260, "ready", None, ((Phase.LOADING, 600.0),), (), None, None)
+    this = ColdStart(T0, T0 + 45, "ready", None, ((Phase.LOADING, 40.0),), (), None, None)
+    fields = {"phase": Phase.READY, "phase_since": T0 + 45, "last_cold_start": this}
+    alone = loading(**fields)  # without history the only finished start is this one
+    assert alone["previous_cold_start"] is None
+    assert [(r["phase"], r["running"]) for r in alone["timeline"]] == [("starting", False)]
+    doc = target_doc(**{**fields, "create_time": T0, "started_at": T0}, recent_starts=(this, prev))
+    assert doc["previous_cold_start"]["started_at"] == T0 - 900
+
+
+def test_timeline_measures_the_running_phase_up_to_the_snapshot():
+    rows = loading()["timeline"]
+    assert rows == [
+        {"phase": "starting", "seconds": 5.0, "running": False},
+        {"phase": "loading", "seconds": 67.0, "running": True},
+    ]
+    assert loading()["gpu_memory"] == [
+        {"gpu": 0, "used_bytes": 31 * GiB, "total_bytes": 80 * GiB},
+        {"gpu": 1, "used_bytes": 31 * GiB, "total_bytes": 80 * GiB},
+    ]
+
+
 def test_judge_maps_phases_to_exit_codes():
     assert judge(loading(), "ready") is None
     ready = loading(phase=Phase.READY, phase_seconds=((Phase.STARTING, 5.0), (Phase.LOADING, 40.0)))
@@ -163,7 +188,7 @@ def test_standalone_urls_become_prober_targets():
 
 
 def test_printed_urls_drop_credentials():
-    assert shown_url("https://admin:s3cret@host:9443/x") == "https://host:9443/x"
+    assert shown_url("https://admin:s3cret@host:9443/x?token=t") == "https://host:9443/x"
 
 
 def test_process_gone_sees_exited_and_zombie_processes(tmp_path):
@@ -382,6 +407,7 @@ def test_exit_2_when_the_exporter_is_unreachable_says_what_to_do():
         (["--health-url", "http://h/health", "--until", "serving"], "needs --completion-url"),
         (["--health-url", "http://h/health", "--completion-url", "http://h/x"], "needs --model"),
         (["--health-url", "ftp://h/health"], "needs http(s)://"),
+        (["demo", "--url", "http://h:port"], "--url: http://h:port: the port is not a number"),
         (["demo", "--timeout", "soon"], "is not a duration"),
     ],
 )
