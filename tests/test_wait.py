@@ -211,12 +211,30 @@ class Waits:
     def __init__(self, work: Path) -> None:
         self.work = work
         self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.head: dict[str, str] = {}
         self.tty: dict[str, tuple[subprocess.Popen[bytes], bytearray, threading.Thread]] = {}
 
     def start(self, name: str, *args: str) -> None:
         self.procs[name] = subprocess.Popen(
             [*WAIT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
         )
+        self.head[name] = ""
+
+    def attached(self, *names: str) -> None:
+        """Block until each wait printed its first state line (Python starts slowly when busy)."""
+        for name in names:
+            if name in self.tty:
+                seen = self.tty[name][1]
+                deadline = time.monotonic() + 30
+                while b"[" not in seen and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                continue
+            stdout = self.procs[name].stdout
+            assert stdout is not None
+            while line := stdout.readline():
+                self.head[name] += line
+                if line.startswith("["):
+                    break
 
     def start_tty(self, name: str, *args: str) -> None:
         """Run with stdout on a pseudo-terminal, as an operator's shell would."""
@@ -243,7 +261,7 @@ class Waits:
 
     def result(self, name: str, timeout: float = 90) -> tuple[int, str, str]:
         out, err = self.procs[name].communicate(timeout=timeout)
-        return self.procs[name].returncode, out, err
+        return self.procs[name].returncode, self.head[name] + out, err
 
     def tty_result(self, name: str, timeout: float = 90) -> tuple[int, str]:
         proc, seen, reader = self.tty[name]
@@ -281,11 +299,14 @@ def world(tmp_path_factory):
             + target_toml("stuck", stuck, interval=INTERVAL, completion=False)
         )
         exp = stack.enter_context(exporter(work, toml, interval=INTERVAL))
-        # Started only now, so every wait attaches while these are still starting.
-        ok = stack.enter_context(simulator(work, gpus=1, start_seconds=4.0, init_seconds=1.0))
+        # Started only now, and the waits on them attach before going on: on a busy machine
+        # a Python process can take seconds to start, and these tests watch whole starts.
+        ok = stack.enter_context(simulator(work, gpus=1, start_seconds=5.0, init_seconds=1.0))
         add_target(exp, target_toml("ok", ok, interval=INTERVAL))
         exp.wait_for(lambda t: t["target"] == "ok", "ok", timeout=20)
-        # Standalone, a crash is seen only after a first answer: leave time to see one.
+        waits = stack.enter_context(contextlib.closing(Waits(work)))
+        start_ok_waits(waits, exp.url, ok)
+        # Standalone, a crash is seen only after a first answer: attach before it listens.
         llama = stack.enter_context(
             simulator(
                 work,
@@ -296,29 +317,34 @@ def world(tmp_path_factory):
                 read_mbps=4.0,
             )
         )
-        waits = stack.enter_context(contextlib.closing(Waits(work)))
-        start_waits(waits, exp.url, ok, crash, llama, stuck)
+        llama_health = f"http://127.0.0.1:{llama.port}/health"
+        waits.start("alone-gone", "--health-url", llama_health, "--timeout", "30s")
+        waits.attached("alone-gone")
+        start_other_waits(waits, exp.url, crash, stuck)
         yield waits, exp
 
 
-def start_waits(waits: Waits, url: str, ok, crash, llama, stuck) -> None:
-    daemon = ("--url", url)
-    waits.start("serving", "ok", "--until", "serving", *daemon)
-    waits.start("ready", "ok", *daemon)
-    waits.start_tty("tty", "ok", "--until", "serving", *daemon)
-    waits.start("crash", "crash", *daemon)
-    waits.start("hang", "hang", *daemon)
-    waits.start("timeout", "stuck", "--timeout", "2s", *daemon)
+def start_ok_waits(waits: Waits, url: str, ok) -> None:
+    waits.start("serving", "ok", "--until", "serving", "--url", url)
+    waits.start_tty("tty", "ok", "--until", "serving", "--url", url)
     base = f"http://127.0.0.1:{ok.port}"
     waits.start(
         "alone-serving",
         *("--health-url", f"{base}/health", "--completion-url", f"{base}/v1/completions"),
         *("--model", "m", "--until", "serving"),
     )
+    waits.attached("serving", "tty", "alone-serving")
+
+
+def start_other_waits(waits: Waits, url: str, crash, stuck) -> None:
+    """Waits whose verdict does not depend on when they attach."""
+    daemon = ("--url", url)
+    waits.start("ready", "ok", *daemon)
+    waits.start("crash", "crash", *daemon)
+    waits.start("hang", "hang", *daemon)
+    waits.start("timeout", "stuck", "--timeout", "2s", *daemon)
     crash_health = f"http://127.0.0.1:{crash.port}/health"
     waits.start("alone-pid", "--health-url", crash_health, "--pid", str(crash.main_pid()))
-    llama_health = f"http://127.0.0.1:{llama.port}/health"
-    waits.start("alone-gone", "--health-url", llama_health, "--timeout", "30s")
     stuck_health = f"http://127.0.0.1:{stuck.port}/health"
     waits.start("alone-timeout", "--health-url", stuck_health, "--timeout", "2s")
 
@@ -326,7 +352,7 @@ def start_waits(waits: Waits, url: str, ok, crash, llama, stuck) -> None:
 @pytest.mark.integration
 def test_exit_0_when_serving_with_one_line_per_phase_change(world):
     code, out, err = world[0].result("serving")
-    assert code == 0, err
+    assert code == 0, out + err
     lines = out.splitlines()
     phases = [re.match(r"\[ *\S+\] ok (\w+):", line).group(1) for line in lines[:-1]]
     # It attaches wherever the start is by then (early on an idle machine), then prints
@@ -341,7 +367,7 @@ def test_exit_0_when_serving_with_one_line_per_phase_change(world):
 @pytest.mark.integration
 def test_exit_0_when_ready(world):
     code, out, err = world[0].result("ready")
-    assert code == 0, err
+    assert code == 0, out + err
     assert "ok is ready" in out or "ok is serving" in out
 
 
@@ -429,10 +455,10 @@ def test_help_documents_every_exit_code():
 @pytest.mark.integration
 def test_standalone_exit_0_once_a_completion_returns_choices(world):
     code, out, err = world[0].result("alone-serving")
-    assert code == 0, err
-    assert "health: refused" in out or "health: 503" in out
-    assert "health: 200" in out
-    assert out.splitlines()[-1].startswith("serving after ")
+    assert code == 0, out + err
+    assert "health: refused" in out or "health: 503" in out, out
+    assert "health: 200" in out and "completion: 200 with choices" in out, out
+    assert out.splitlines()[-1].startswith("serving after "), out
 
 
 @pytest.mark.integration
