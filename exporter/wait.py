@@ -413,8 +413,11 @@ class StatusClient:
 
 
 def _unreachable(where: str, exc: httpx.HTTPError) -> str:
-    cause = "connection refused" if isinstance(exc, httpx.ConnectError) else type(exc).__name__
-    if isinstance(exc, httpx.TimeoutException):
+    # httpx's messages are the OS's ("[Errno -2] Name or service not known"); never the URL.
+    cause = str(exc) or type(exc).__name__
+    if "refused" in cause.lower():
+        cause = "connection refused"
+    elif isinstance(exc, httpx.TimeoutException):
         cause = "no answer in time"
     return (
         f"cannot reach the exporter at {where} ({cause}).\n"
