@@ -63,6 +63,7 @@ class _Watched:
     logs: LogSource | None
     classifier: LogClassifier
     thresholds: Thresholds
+    typical_start_seconds: float | None
     state: TargetState
     next_completion_at: float = 0.0
     last_phase: Phase | None = None
@@ -148,6 +149,7 @@ class Daemon:
             logs=logs,
             classifier=classifier,
             thresholds=self._thresholds(target),
+            typical_start_seconds=self.history.expectations(target.name).typical_duration_seconds,
             state=state,
         )
 
@@ -284,12 +286,19 @@ class Daemon:
                 w.target.name, w.target.engine, w.target.model, w.state.finished_start
             )
             w.thresholds = self._thresholds(w.target)
+            w.typical_start_seconds = self.history.expectations(
+                w.target.name
+            ).typical_duration_seconds
         if w.state.phase is not w.last_phase or w.state.phase in STARTUP_PHASES:
             self.history.save_progress(w.state)
         w.last_phase, w.last_stalled = w.state.phase, w.state.stalled
         info = TargetInfo(w.target.name, w.target.engine, w.target.deployment, w.target.model)
         return TargetSnapshot(
-            info=info, state=w.state, process=obs.process, gpu_memory_bytes=per_gpu
+            info=info,
+            state=w.state,
+            process=obs.process,
+            gpu_memory_bytes=per_gpu,
+            typical_start_seconds=w.typical_start_seconds,
         )
 
     def _log_edges(self, w: _Watched) -> None:

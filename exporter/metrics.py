@@ -252,6 +252,11 @@ def _history_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
         "inference_server_last_cold_start_duration_seconds",
         "Duration of the last finished cold start (ready or failed).",
     )
+    typical = _gauge(
+        "inference_server_typical_cold_start_duration_seconds",
+        "Median duration of this target's recent successful cold starts (history); absent "
+        "until one finished.",
+    )
     phases = _gauge(
         "inference_server_last_cold_start_phase_duration_seconds",
         "Time the last finished cold start spent in each startup phase.",
@@ -259,12 +264,13 @@ def _history_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
     )
     for t in targets:
         hist.add_metric([t.info.name], _buckets(t.state), t.state.counters.cold_start_sum)
+        _add_if(typical, t.info.name, t.typical_start_seconds)
         cold = t.state.last_cold_start
         if cold is not None:
             last.add_metric([t.info.name], cold.duration_seconds)
             for phase, seconds in cold.phase_seconds:
                 phases.add_metric([t.info.name, phase.value], seconds)
-    yield from (hist, last, phases)
+    yield from (hist, last, typical, phases)
 
 
 def _buckets(state: TargetState) -> list[tuple[str, float]]:

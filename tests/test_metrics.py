@@ -121,7 +121,7 @@ def snapshot():
                 kp,
                 ((0, 35 * GiB), (1, 35 * GiB)),
             ),
-            TargetSnapshot(TargetInfo("llama", "llamacpp"), llama, lp),
+            TargetSnapshot(TargetInfo("llama", "llamacpp"), llama, lp, typical_start_seconds=690.0),
         ),
         gpus=gpus,
         foreign_gpu_memory_bytes=((2, GiB),),
