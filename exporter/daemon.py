@@ -22,6 +22,7 @@ from exporter.engines import ENGINES
 from exporter.errors import ConfigError, ConfigErrors
 from exporter.history import History
 from exporter.lifecycle import (
+    ColdStart,
     TargetState,
     Thresholds,
     initial_state,
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 T_ = TypeVar("T_")
 #: Log lines classified per target per tick; a backlog drains over the next ticks.
 LOG_LINES_PER_TICK: Final = 1000
+#: Finished cold starts shown per target (the page draws the previous one under this one).
+RECENT_STARTS_SHOWN: Final = 2
 _WEIGHT_SUFFIXES: Final = (".safetensors", ".gguf", ".bin", ".pt", ".pth", ".engine")
 
 
@@ -64,6 +67,7 @@ class _Watched:
     classifier: LogClassifier
     thresholds: Thresholds
     typical_start_seconds: float | None
+    recent_starts: tuple[ColdStart, ...]
     state: TargetState
     next_completion_at: float = 0.0
     last_phase: Phase | None = None
@@ -150,6 +154,7 @@ class Daemon:
             classifier=classifier,
             thresholds=self._thresholds(target),
             typical_start_seconds=self.history.expectations(target.name).typical_duration_seconds,
+            recent_starts=tuple(self.history.starts(target.name, RECENT_STARTS_SHOWN)),
             state=state,
         )
 
@@ -289,6 +294,7 @@ class Daemon:
             w.typical_start_seconds = self.history.expectations(
                 w.target.name
             ).typical_duration_seconds
+            w.recent_starts = tuple(self.history.starts(w.target.name, RECENT_STARTS_SHOWN))
         if w.state.phase is not w.last_phase or w.state.phase in STARTUP_PHASES:
             self.history.save_progress(w.state)
         w.last_phase, w.last_stalled = w.state.phase, w.state.stalled
@@ -299,6 +305,7 @@ class Daemon:
             process=obs.process,
             gpu_memory_bytes=per_gpu,
             typical_start_seconds=w.typical_start_seconds,
+            recent_starts=w.recent_starts,
         )
 
     def _log_edges(self, w: _Watched) -> None:
