@@ -658,6 +658,10 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
         notable_lines=_notable(state.notable_lines, obs.log_events),
         counters=_count_lines(state.counters, obs.log_events),
     )
+    if phase is Phase.FAILED and _passes_through(state.phase, ev.log_phase):
+        # The same lines announced a later phase before the fatal one: keep it in the story.
+        assert ev.log_phase is not None
+        state = _enter(state, ev.log_phase, f"log marker announces {ev.log_phase}", None, now)
     if phase is not state.phase and phase in TRANSITIONS[state.phase]:
         state = _enter(state, phase, reason, failure, now)
     elif phase is state.phase and reason != state.reason:
@@ -680,6 +684,16 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
     )
     state = replace(state, progress_ratio=_progress_ratio(state, obs, th))
     return replace(state, eta_seconds=_eta(state, now, th))
+
+
+def _passes_through(current: Phase, announced: Phase | None) -> bool:
+    """A log marker moved the start forward (within the startup phases) in this tick."""
+    return (
+        announced in STARTUP_PHASES
+        and current in (Phase.DOWN, *STARTUP_PHASES)
+        and announced in TRANSITIONS[current]
+        and _ORDER[announced] > _ORDER[current]
+    )
 
 
 def _enter(

@@ -441,3 +441,17 @@ def test_a_fatal_line_outlives_the_traceback_frames_printed_after_it():
     final = run_trace([(0, dict(process=proc(), health=REFUSED, log_events=(fatal, *frames)))])[-1]
     assert len(final.notable_lines) == 10
     assert final.notable_lines[0] is fatal
+
+
+def test_a_phase_announced_with_the_fatal_line_stays_in_the_timeline():
+    init = line("KV Cache is allocated.", LogClass.MARKER, phase=Phase.INITIALIZING)
+    oom = line(
+        "torch.OutOfMemoryError: CUDA out of memory", LogClass.FATAL, fatal_reason=FailureReason.OOM
+    )
+    trace = [
+        *healthy_start()[:3],
+        (3, dict(process=proc(read=3 * GiB), health=REFUSED, log_events=(init, oom))),
+    ]
+    final = run_trace(trace)[-1]
+    assert [t.to_phase for t in final.transitions][-2:] == [Phase.INITIALIZING, Phase.FAILED]
+    assert final.failure_reason is FailureReason.OOM
