@@ -37,10 +37,11 @@ def gguf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def hf_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama saved with ``save_pretrained``; needs torch, hence the vLLM venv."""
     out = tmp_path_factory.mktemp("hf") / "tiny-llama"
-    subprocess.run(
+    made = subprocess.run(
         [str(vllm_python), str(HERE / "make_tiny_hf.py"), str(out)],
-        check=True,
         capture_output=True,
+        text=True,
         timeout=120,
     )
+    assert made.returncode == 0, made.stderr[-3000:]
     return out
