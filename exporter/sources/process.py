@@ -11,7 +11,9 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator
+import resource
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -33,6 +35,18 @@ _SLICE_DEPTH: Final = 4
 _TCP_TABLES: Final = ("/proc/net/tcp", "/proc/net/tcp6")
 _TCP_LISTEN: Final = "0A"
 _CAP_SYS_PTRACE: Final = 19
+# Indices into /proc/PID/stat's fields after the command name (proc(5) numbers minus 3).
+_STAT_STATE: Final = 0
+_STAT_PPID: Final = 1
+_STAT_UTIME: Final = 11  # then stime, cutime, cstime
+_STAT_START: Final = 19
+_STAT_RSS: Final = 21
+_STAT_EXIT_SIGNAL: Final = 35
+_PROC_READ_BYTES: Final = 4096
+_MAX_KEPT_FDS: Final = 2048
+# New pids checked one by one up to this many (or the tree's size); past it, children files.
+_MIN_PID_RANGE: Final = 256
+_PID_RECHECK: Final = 8
 # hidepid=2/invisible and 4/ptraceable remove other users' /proc/PID entirely (ProtectProc=).
 _HIDING_MODES: Final = frozenset({"2", "invisible", "4", "ptraceable"})
 
@@ -75,10 +89,11 @@ class ProcessSource:
     The main process is found by the target's ``unit`` (its cgroup), ``pidfile`` or ``cmdline``
     regex, or else as the listener of ``base_url``'s port. The tree is the main process and
     every descendant seen since it started (a reparented worker stays in it while it lives),
-    or every member of the unit's cgroup. Processes are cached by (pid, start time), so a
-    reused pid is a new process, and children are re-read cheaply from
-    ``/proc/PID/task/TID/children``: the main thread every tick, all threads every
-    ``rescan_every`` ticks.
+    or every member of the unit's cgroup. Each member costs one read of /proc/PID/stat and
+    one of /proc/PID/io a tick, through descriptors kept open (a reused pid is a new process);
+    new children are looked for only among the pids allocated since the last tick, or, when
+    there are too many, in ``/proc/PID/task/TID/children``: the main thread every tick, all
+    threads every ``rescan_every`` ticks.
     """
 
     def __init__(
@@ -116,7 +131,7 @@ class ProcessSource:
             full = True
             log.info("process found target=%s pid=%d", self.target.name, main.pid)
         self._tree.refresh(self._finder.members(), full=full)
-        readings = self._tree.read()
+        readings = self._tree.read(full=full)
         if main.pid not in readings:
             self._forget()  # the main process ended while being read
             return None
@@ -127,6 +142,7 @@ class ProcessSource:
     def _forget(self) -> None:
         if self._tree is not None:
             log.info("process gone target=%s pid=%d", self.target.name, self._tree.main.pid)
+            self._tree.close()
         self._tree = None
 
     def _note_io(self, error: str | None) -> None:
@@ -138,59 +154,126 @@ class ProcessSource:
 
 
 class _Tree:
-    """The cached processes of one main-process instance, keyed by pid."""
+    """The processes of one main-process instance, keyed by pid.
+
+    New members are found through the kernel's pid allocation cursor (the last pid in
+    ``/proc/loadavg``): only pids allocated since the last tick can be new children, whichever
+    thread forked them, so a tree on a quiet host costs no children reads at all. When that
+    range is too wide to check (a burst of new threads) or the cursor is unusable, the
+    children files are read instead: the main threads' every tick, all threads' on full ticks.
+    """
 
     def __init__(self, main: psutil.Process, create_time: float) -> None:
         self.main = main
         self.create_time = create_time
-        self.members: dict[int, psutil.Process] = {main.pid: main}
+        self.members: dict[int, _Member] = {}
+        self._last_pid: int | None = None
+        self._recheck: list[int] = []
 
     @classmethod
     def adopt(cls, main: psutil.Process) -> _Tree | None:
         """A new tree rooted at ``main``, or None when it ended before it could be read."""
         try:
-            return cls(main, main.create_time())
+            tree = cls(main, main.create_time())
         except psutil.NoSuchProcess:
             return None
+        member = _Member.open(main.pid)
+        if member is None:
+            return None
+        tree.members[main.pid] = member
+        return tree
+
+    def close(self) -> None:
+        """Give back every kept descriptor."""
+        for member in self.members.values():
+            member.close()
+        self.members.clear()
 
     def refresh(self, known: list[int] | None, *, full: bool) -> None:
-        """Drop ended or reused pids, then add the cgroup's members or new descendants."""
-        for pid, proc in list(self.members.items()):
-            if pid != self.main.pid and not _alive(proc):
-                del self.members[pid]
+        """Add the cgroup's members, or the processes forked since the last tick."""
         if known is not None:
             self._replace(known)
-        elif _children_files_supported():
-            self._descend(full)
-        elif full:
-            self._descend_by_scan()
+        elif not _children_files_supported():
+            if full:
+                self._descend_by_scan()
+        elif not self._discover_new_pids():
+            self._descend(all_threads=full)
 
-    def read(self) -> dict[int, _Reading]:
-        """Read every member; a process that vanishes meanwhile is dropped, never raised."""
+    def read(self, *, full: bool) -> dict[int, _Reading]:
+        """Read every member; a process that ended (or whose pid was reused) is dropped."""
         readings: dict[int, _Reading] = {}
-        for pid, proc in list(self.members.items()):
-            reading = _read_member(proc)
+        for pid, member in list(self.members.items()):
+            reading = member.read(retry_io=full)
             if reading is None:
-                del self.members[pid]
+                self._drop(pid)
             else:
                 readings[pid] = reading
         return readings
 
+    def _add(self, pid: int, *, child: bool = True) -> bool:
+        member = _Member.open(pid)
+        if member is None:
+            return False
+        if child and member.ppid not in self.members:
+            member.close()  # ended and its pid reused between the listing and the open
+            return False
+        self.members[pid] = member
+        return True
+
+    def _drop(self, pid: int) -> None:
+        member = self.members.pop(pid, None)
+        if member is not None:
+            member.close()
+
     def _replace(self, pids: list[int]) -> None:
         wanted = set(pids) | {self.main.pid}
         for pid in set(self.members) - wanted:
-            del self.members[pid]
+            self._drop(pid)
         for pid in wanted - set(self.members):
-            if (proc := _process(pid)) is not None:
-                self.members[pid] = proc
+            self._add(pid, child=False)
 
-    def _descend(self, full: bool) -> None:
+    def _discover_new_pids(self) -> bool:
+        """Adopt children among the pids allocated since the last tick; False if it cannot."""
+        last = _last_pid()
+        previous, self._last_pid = self._last_pid, last
+        if last is None or previous is None:
+            return False
+        if last == previous:
+            return True
+        new = _new_pids(previous, last, max(_MIN_PID_RANGE, len(self.members)))
+        if new is None:
+            return False
+        # A pid is allocated a moment before its process shows in /proc: the last few pids
+        # that were not there yet are looked at once more next tick.
+        candidates, self._recheck = [*self._recheck, *new], []
+        parents = {}
+        for pid in candidates:
+            if pid in self.members:
+                continue
+            parent = _parent_of(pid)
+            if parent is not None:
+                parents[pid] = parent
+            elif pid in new[-_PID_RECHECK:]:
+                self._recheck.append(pid)
+        self._adopt_descendants(parents)
+        return True
+
+    def _adopt_descendants(self, parents: dict[int, int]) -> None:
+        # After a pid wrap a grandchild may come before its parent: loop until nothing moves.
+        added = True
+        while added:
+            added = False
+            for pid, parent in list(parents.items()):
+                if parent in self.members:
+                    del parents[pid]
+                    added = self._add(pid) or added
+
+    def _descend(self, *, all_threads: bool) -> None:
         queue = list(self.members)
         while queue:
             pid = queue.pop()
-            for child in _children(pid, all_threads=full):
-                if child not in self.members and (proc := _process(child)) is not None:
-                    self.members[child] = proc
+            for child in _children(pid, all_threads=all_threads):
+                if child not in self.members and self._add(child):
                     queue.append(child)
 
     def _descend_by_scan(self) -> None:
@@ -200,7 +283,236 @@ class _Tree:
         except psutil.Error:
             return
         for proc in found:
-            self.members.setdefault(proc.pid, proc)
+            if proc.pid not in self.members:
+                self._add(proc.pid, child=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stat:
+    """The fields of /proc/PID/stat the tree needs."""
+
+    ppid: int
+    zombie: bool
+    cpu: float
+    start: int
+    rss: int
+    thread: bool
+
+
+def _parse_stat(raw: bytes) -> _Stat | None:
+    """Parse /proc/PID/stat; None when it is not one (empty or cut short)."""
+    fields = raw.rpartition(b")")[2].split()
+    if len(fields) <= _STAT_EXIT_SIGNAL:
+        return None
+    # Reaped children's CPU folds into cutime/cstime as their read_bytes fold into the
+    # parent's /proc/PID/io, so both tree totals survive a reaped worker.
+    ticks = sum(int(f) for f in fields[_STAT_UTIME : _STAT_UTIME + 4])
+    return _Stat(
+        ppid=int(fields[_STAT_PPID]),
+        zombie=fields[_STAT_STATE] == b"Z",
+        cpu=ticks / _clock_ticks(),
+        start=int(fields[_STAT_START]),
+        rss=int(fields[_STAT_RSS]) * _page_size(),
+        # A thread id also opens as /proc/TID; its exit_signal is -1, a process's is not.
+        thread=fields[_STAT_EXIT_SIGNAL] == b"-1",
+    )
+
+
+class _Gone(Exception):
+    """The process ended while it was being read."""
+
+
+class _Member:
+    """One process of a tree, read from /proc without psutil (one or two reads a tick).
+
+    Its files stay open while the descriptor budget allows: a kept descriptor is bound to
+    this very process, so once it is reaped reads fail (ESRCH) even if the pid is reused.
+    Without one, the start time read back tells a reused pid apart.
+    """
+
+    __slots__ = (
+        "_io",
+        "_io_error",
+        "_io_raw",
+        "_raw",
+        "_read_bytes",
+        "_reading",
+        "_stat",
+        "_stat_file",
+        "pid",
+        "ppid",
+        "start",
+    )
+
+    def __init__(self, pid: int, stat_file: _ProcFile, raw: bytes, stat: _Stat) -> None:
+        self.pid = pid
+        self.ppid = stat.ppid
+        self.start = stat.start
+        self._stat_file = stat_file
+        self._raw = raw
+        self._stat = stat
+        self._io: _ProcFile | None = None
+        self._io_error: ProcessError | None = None
+        self._io_raw = b""
+        self._read_bytes: int | None = None
+        self._reading: _Reading | None = None
+
+    @classmethod
+    def open(cls, pid: int) -> _Member | None:
+        """The process ``pid``, or None when it is gone (or is a thread, not a process)."""
+        try:
+            stat_file = _ProcFile.open(f"{_PROC}/{pid}/stat")
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        except PermissionError as exc:
+            raise SourceError(ProcessError.PERMISSION_DENIED, "/proc/PID/stat refused") from exc
+        try:
+            raw = stat_file.read()
+        except OSError:
+            raw = b""
+        stat = _parse_stat(raw)
+        if stat is None or stat.thread:
+            stat_file.close()
+            return None
+        return cls(pid, stat_file, raw, stat)
+
+    def close(self) -> None:
+        """Give back the kept descriptors."""
+        self._stat_file.close()
+        if self._io is not None:
+            self._io.close()
+            self._io = None
+
+    def read(self, *, retry_io: bool) -> _Reading | None:
+        """The counters now, or None when the process ended or its pid was reused."""
+        try:
+            raw = self._stat_file.read()
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        except PermissionError as exc:
+            raise SourceError(ProcessError.PERMISSION_DENIED, "/proc/PID/stat refused") from exc
+        if raw != self._raw:  # an idle process reads back byte for byte: nothing to parse
+            stat = _parse_stat(raw)
+            if stat is None or stat.start != self.start:
+                return None
+            self._raw, self._stat, self._reading = raw, stat, None
+        stat = self._stat
+        try:
+            # A zombie's bytes are about to fold into its parent: counting both would jump.
+            read_bytes, io_error = (0, None) if stat.zombie else self._read_io(retry_io)
+        except _Gone:
+            return None
+        last = self._reading
+        if last is None or last.read_bytes != read_bytes or last.io_error != io_error:
+            rss = 0 if stat.zombie else stat.rss
+            last = self._reading = _Reading(rss, stat.cpu, read_bytes, io_error, stat.zombie)
+        return last
+
+    def _read_io(self, retry: bool) -> tuple[int | None, ProcessError | None]:
+        """``read_bytes`` of /proc/PID/io; it is mode 0400 (needs CAP_SYS_PTRACE for others)."""
+        if not _io_accounting_supported():
+            return None, ProcessError.UNSUPPORTED  # kernel without task I/O accounting
+        if self._io is None:
+            if self._io_error is not None and not retry:
+                return None, self._io_error  # refused before: retried on full ticks only
+            try:
+                self._io = _ProcFile.open(f"{_PROC}/{self.pid}/io")
+            except PermissionError:
+                self._io_error = ProcessError.PERMISSION_DENIED
+                return None, self._io_error
+            except (FileNotFoundError, ProcessLookupError) as exc:
+                raise _Gone from exc
+        try:
+            raw = self._io.read()
+        except PermissionError:  # checked again on each read: the process changed credentials
+            self._io.close()
+            self._io, self._io_error = None, ProcessError.PERMISSION_DENIED
+            return None, self._io_error
+        except (FileNotFoundError, ProcessLookupError) as exc:
+            raise _Gone from exc
+        self._io_error = None
+        if raw != self._io_raw:
+            at = raw.find(b"read_bytes: ")
+            self._io_raw = raw
+            self._read_bytes = int(raw[at + 12 : raw.index(b"\n", at)]) if at >= 0 else None
+        return self._read_bytes, None
+
+
+class _ProcFile:
+    """A /proc file read again every tick, through a kept descriptor while the budget allows."""
+
+    __slots__ = ("_fd", "path")
+
+    def __init__(self, path: str, fd: int | None) -> None:
+        self.path = path
+        self._fd = fd
+
+    @classmethod
+    def open(cls, path: str) -> _ProcFile:
+        """Open ``path`` (kept open if the budget allows). Raises OSError when it cannot."""
+        budget = _fd_budget()
+        if not budget.take():
+            os.close(os.open(path, os.O_RDONLY))  # checks it exists and may be opened
+            return cls(path, None)
+        try:
+            return cls(path, os.open(path, os.O_RDONLY))
+        except OSError:
+            budget.give()
+            raise
+
+    def read(self) -> bytes:
+        """The file's content now (regenerated by the kernel on every read)."""
+        if self._fd is not None:
+            return os.pread(self._fd, _PROC_READ_BYTES, 0)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            return os.read(fd, _PROC_READ_BYTES)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Close the kept descriptor, if any, and give it back to the budget."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            _fd_budget().give()
+
+    def __del__(self) -> None:
+        # A tree dropped without close() (a target removed by a config reload) still gives
+        # its descriptors back.
+        self.close()
+
+
+class _FdBudget:
+    """How many /proc descriptors the process sources of this process may keep open.
+
+    A quarter of the soft RLIMIT_NOFILE, at most 2048: sockets, pipes and sqlite keep the
+    rest. Members beyond the budget open and close their files on every read instead.
+    """
+
+    def __init__(self, total: int) -> None:
+        self._left = total
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        """Reserve one descriptor; False when none is left."""
+        with self._lock:
+            if self._left <= 0:
+                return False
+            self._left -= 1
+            return True
+
+    def give(self) -> None:
+        """Return one descriptor."""
+        with self._lock:
+            self._left += 1
+
+
+@functools.cache
+def _fd_budget() -> _FdBudget:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    total = _MAX_KEPT_FDS if soft == resource.RLIM_INFINITY else min(soft // 4, _MAX_KEPT_FDS)
+    return _FdBudget(total)
 
 
 def _make_finder(target: Target, cgroup_root: str) -> _Finder:
@@ -546,11 +858,89 @@ def _children(pid: int, *, all_threads: bool) -> list[int]:
     children: list[int] = []
     for tid in tids:
         try:
-            with open(f"{_PROC}/{pid}/task/{tid}/children", encoding="ascii") as f:
-                children.extend(int(word) for word in f.read().split())
+            fd = os.open(f"{_PROC}/{pid}/task/{tid}/children", os.O_RDONLY)
         except OSError:
             continue  # thread or process ended
+        try:
+            children.extend(int(word) for word in os.read(fd, 1 << 16).split())
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
     return children
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent of process ``pid``; None when it is gone, unreadable or a thread."""
+    try:
+        fd = os.open(f"{_PROC}/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        stat = _parse_stat(os.read(fd, _PROC_READ_BYTES))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None if stat is None or stat.thread else stat.ppid
+
+
+def _last_pid() -> int | None:
+    """The pid the kernel allocated last in our namespace; None when /proc is another's."""
+    if not _pid_cursor_usable():
+        return None
+    try:
+        with open(f"{_PROC}/loadavg", "rb") as f:
+            return int(f.read().split()[4])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _new_pids(previous: int, last: int, limit: int) -> Sequence[int] | None:
+    """Pids allocated after ``previous`` up to ``last`` (through a wrap at pid_max).
+
+    None when there are more than ``limit``: reading the children files is cheaper then.
+    """
+    if last > previous:
+        return range(previous + 1, last + 1) if last - previous <= limit else None
+    pid_max = _pid_max()
+    if pid_max - previous - 1 + last > limit:
+        return None
+    return [*range(previous + 1, pid_max), *range(1, last + 1)]
+
+
+@functools.cache
+def _pid_cursor_usable() -> bool:
+    # /proc mounted from another pid namespace (a container seeing the host's) numbers pids
+    # differently from the cursor in /proc/loadavg, which is always our namespace's.
+    try:
+        return os.readlink(f"{_PROC}/self") == str(os.getpid())
+    except OSError:
+        return False
+
+
+@functools.cache
+def _pid_max() -> int:
+    try:
+        with open(f"{_PROC}/sys/kernel/pid_max", "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 4_194_304  # the kernel's ceiling
+
+
+@functools.cache
+def _io_accounting_supported() -> bool:
+    return os.path.exists(f"{_PROC}/self/io")
+
+
+@functools.cache
+def _clock_ticks() -> int:
+    return os.sysconf("SC_CLK_TCK")
+
+
+@functools.cache
+def _page_size() -> int:
+    return os.sysconf("SC_PAGE_SIZE")
 
 
 @functools.cache
@@ -566,36 +956,6 @@ def _read_pids(path: str) -> list[int]:
         return []  # the cgroup went away with the unit
     except PermissionError as exc:
         raise SourceError(ProcessError.PERMISSION_DENIED, "cgroup.procs unreadable") from exc
-
-
-def _read_member(proc: psutil.Process) -> _Reading | None:
-    """One process's counters, or None when it ended (also mid-read)."""
-    try:
-        with proc.oneshot():
-            zombie = proc.status() == psutil.STATUS_ZOMBIE
-            # Reaped children's CPU folds into cutime/cstime as their read_bytes fold into
-            # the parent's /proc/PID/io, so both tree totals survive a reaped worker.
-            times = proc.cpu_times()
-            cpu = times.user + times.system + times.children_user + times.children_system
-            rss = 0 if zombie else proc.memory_info().rss
-        read_bytes, io_error = _read_io(proc)
-    except psutil.NoSuchProcess:
-        return None
-    except psutil.AccessDenied as exc:
-        raise SourceError(ProcessError.PERMISSION_DENIED, "/proc/PID/stat refused") from exc
-    return _Reading(rss, cpu, read_bytes, io_error, zombie)
-
-
-def _read_io(proc: psutil.Process) -> tuple[int | None, ProcessError | None]:
-    """``read_bytes`` of /proc/PID/io; it is mode 0400 (needs CAP_SYS_PTRACE for others)."""
-    if not hasattr(proc, "io_counters"):
-        return None, ProcessError.UNSUPPORTED  # kernel without task I/O accounting
-    try:
-        return proc.io_counters().read_bytes, None
-    except psutil.ZombieProcess:
-        return 0, None  # its bytes are about to fold into its parent
-    except psutil.AccessDenied:
-        return None, ProcessError.PERMISSION_DENIED
 
 
 def _summarise(tree: _Tree, readings: dict[int, _Reading]) -> ProcessSample:

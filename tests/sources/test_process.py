@@ -552,3 +552,54 @@ def test_default_finder_sees_an_engine_that_does_not_listen_yet(tmp_path):
         for p in (loading, other):
             p.kill()
             p.wait()
+
+
+# --- cost: new children between full rescans, trees beyond the descriptor budget ------------
+
+
+@pytest.mark.integration
+def test_a_child_forked_by_another_thread_joins_before_the_next_full_rescan(make_tree, tmp_path):
+    pidfile = tmp_path / "engine.pid"
+    tree = make_tree(pidfile=str(pidfile))
+    source = ProcessSource(target(pidfile=str(pidfile)), rescan_every=1000)
+    sample(source)  # adopted; no full rescan for the next 999 samples
+    tree.ask("churn")  # a non-main thread forks children: absent from the main's children file
+    try:
+        seen = []
+        for _ in range(50):
+            seen.append(len(sample(source).pids))
+            time.sleep(0.01)
+    finally:
+        tree.ask("unchurn")
+
+    assert max(seen) > 1  # found among the pids allocated since the previous sample
+
+
+BUDGET_SAMPLER = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from exporter.config import Target
+from exporter.sources.process import ProcessSource
+target = Target("llm", "vllm", "http://127.0.0.1:1", "/health", 1.0, pidfile=sys.argv[1])
+source = ProcessSource(target)
+samples = [source.sample() for _ in range(3)]
+print(json.dumps([len(s.pids) for s in samples]))
+"""
+
+
+@pytest.mark.integration
+def test_a_tree_larger_than_the_descriptor_budget_is_still_summed_whole(make_tree, tmp_path):
+    pidfile = tmp_path / "engine.pid"
+    tree = make_tree(pidfile=str(pidfile))
+    for _ in range(20):  # 21 processes, 42 files: more than a 64-descriptor process may keep
+        tree.spawn(read=False)
+    done = subprocess.run(
+        [sys.executable, "-c", BUDGET_SAMPLER, str(pidfile)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [21, 21, 21]
