@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.sslproto
+import contextlib
+import functools
 import gzip
 import logging
 import os
@@ -68,6 +70,9 @@ class WebRoutes:
         page: the HTML of /.
         ready: whether /-/ready answers 200.
         page_csp: the Content-Security-Policy of / (a web config header overrides it).
+        metrics_key: what the registry renders from (the daemon's latest snapshot). While it
+            returns the same object, /metrics is not rendered again: each format and encoding
+            is rendered once and its bytes served to every scrape. None renders every scrape.
     """
 
     registry: prometheus_client.CollectorRegistry
@@ -75,6 +80,7 @@ class WebRoutes:
     page: Callable[[], bytes]
     ready: Callable[[], bool]
     page_csp: str = DEFAULT_PAGE_CSP
+    metrics_key: Callable[[], object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +136,7 @@ class WebServer:
         self._watch = WebConfigWatch(web_config_file, config)
         self._ssl = ReloadingSSLContext(self._watch) if config.tls else None
         self._sock: socket.socket | None = None
-        self._server: uvicorn.Server | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._app: _App | None = None
 
@@ -156,7 +162,7 @@ class WebServer:
             asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
         self._sock = _CappedListener.adopt(_listen(self._address), self._limits.max_connections)
         self._app = _App(self._routes, self._watch, self._limits)
-        self._server = uvicorn.Server(self._uvicorn_config(self._app))
+        self._server = _Server(self._uvicorn_config(self._app))
         self._thread = threading.Thread(target=self._serve, name="web-server", daemon=True)
         self._thread.start()
         self._wait_started()
@@ -173,7 +179,7 @@ class WebServer:
         """Stop serving, close connections and the socket; safe to call twice."""
         if self._server is None or self._thread is None:
             return
-        self._server.should_exit = True
+        self._server.exit_now()
         self._thread.join(timeout=10)
         if self._app is not None:
             self._app.close()
@@ -228,6 +234,36 @@ class WebServer:
             time.sleep(0.005)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, minus its 10 Hz housekeeping.
+
+    uvicorn wakes every 100 ms to refresh its Date header and look at ``should_exit``: 2.7 ms
+    of CPU a second on an idle exporter, a quarter of the sampling budget (docs/benchmark.md).
+    This loop wakes once a second for the Date header, and ``exit_now()`` wakes it at once.
+    """
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _wake: asyncio.Event | None = None
+
+    async def main_loop(self) -> None:
+        """Refresh the Date header every second until told to exit."""
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 10) % 864000  # on_tick does its per-second work on multiples of 10
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._wake.wait()
+
+    def exit_now(self) -> None:
+        """Ask the server to exit, from any thread."""
+        self.should_exit = True
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(wake.set)
+
+
 class _EventLoop(asyncio.SelectorEventLoop):
     """An event loop whose servers get our TLS handshake deadline.
 
@@ -279,6 +315,7 @@ class _GuardedProtocol(H11Protocol):
     (slowloris) or a never-ending body would hold its connection forever. Here each request
     must arrive completely within ``request_seconds`` of the connection opening or becoming
     idle. The ``client_allowed_sans`` check also lives here: it needs the TLS transport.
+    Writes go through ``_CoalescingTransport``: one send per response, not one per part.
     """
 
     guard: ClassVar[_Guard]
@@ -286,7 +323,7 @@ class _GuardedProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Register the connection; drop it at once when its certificate's SANs are refused."""
-        super().connection_made(transport)
+        super().connection_made(cast(asyncio.Transport, _CoalescingTransport(transport)))
         if not self.guard.admits(transport):
             log.debug("client certificate refused reason=client_allowed_sans")
             transport.abort()
@@ -324,6 +361,56 @@ class _GuardedProtocol(H11Protocol):
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+
+
+class _CoalescingTransport:
+    """A transport whose writes within one turn of the event loop leave as one send.
+
+    uvicorn writes a response's head and body separately; with TCP_NODELAY each becomes its
+    own send() and its own packet, and on loopback the sender pays for the receiver's wakeup
+    too. Joined, a cached /metrics answer costs one syscall (docs/benchmark.md). Everything
+    else is the wrapped transport's.
+    """
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Queue ``data``; it is sent at the end of this turn of the loop."""
+        if not data:
+            return
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        """Queue every item of ``lines``."""
+        for data in lines:
+            self.write(data)
+
+    def write_eof(self) -> None:
+        """Send what is queued, then half-close."""
+        self._flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        """Send what is queued, then close as the transport does (after its buffer drains)."""
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        """Drop what is queued and close at once."""
+        self._pending.clear()
+        self._transport.abort()
+
+    def _flush(self) -> None:
+        if self._pending and not self._transport.is_closing():
+            self._transport.write(b"".join(self._pending))
+        self._pending.clear()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class _Workers:
@@ -383,6 +470,7 @@ class _App:
         # exporter-toolkit serialises bcrypt too: it is CPU-bound and an easy DoS lever.
         self._bcrypt = _Workers("web-bcrypt", 1)
         self._users: tuple[WebConfig, BasicAuthUsers] | None = None
+        self._rendered = _RenderedMetrics(routes.registry, routes.metrics_key)
         self._bucket: _TokenBucket | None = None
         self._logged: set[tuple[str, str]] = set()
         self._table: dict[str, Callable[[Scope], Awaitable[_Reply]]] = {
@@ -451,9 +539,10 @@ class _App:
             return False
 
     async def _metrics(self, scope: Scope) -> _Reply:
-        registry = self._routes.registry
-        accept, encoding = _header(scope, b"accept"), _header(scope, b"accept-encoding")
-        return await self._call(scope, lambda: _render_metrics(registry, accept, encoding))
+        form = _MetricsForm.of(_header(scope, b"accept"), _header(scope, b"accept-encoding"))
+        rendered = self._rendered
+        # A body already rendered for this snapshot is answered on the loop: no thread hop.
+        return rendered.cached(form) or await self._call(scope, lambda: rendered.render(form))
 
     async def _status(self, scope: Scope) -> _Reply:
         status = self._routes.status
@@ -513,17 +602,77 @@ def _header(scope: Scope, name: bytes) -> str:
     return ",".join(values)
 
 
-def _render_metrics(
-    registry: prometheus_client.CollectorRegistry, accept: str, encoding: str
-) -> _Reply:
+@dataclass(frozen=True, slots=True)
+class _MetricsForm:
+    """How a scrape wants /metrics: the exposition format chosen from Accept, and gzip."""
+
+    content_type: str
+    gzip: bool
+    encoder: Callable[[prometheus_client.CollectorRegistry], bytes]
+
+    @staticmethod
+    def of(accept: str, accept_encoding: str) -> _MetricsForm:
+        """The form for these request headers (memoised: scrapers repeat their headers)."""
+        return _metrics_form(accept, _accepts_gzip(accept_encoding))
+
+
+@functools.lru_cache(maxsize=64)
+def _metrics_form(accept: str, gzip_ok: bool) -> _MetricsForm:
     encoder, content_type = choose_encoder(accept)
-    body = encoder(registry)
+    return _MetricsForm(content_type, gzip_ok, encoder)
+
+
+class _RenderedMetrics:
+    """/metrics bodies of the current snapshot, one per form, each rendered once.
+
+    Renders happen in handler threads under one lock, so concurrent scrapes of a new snapshot
+    render it once; ``cached()`` is a dict read, safe from the event loop.
+    """
+
+    _MAX_FORMS: Final = 8
+
+    def __init__(
+        self,
+        registry: prometheus_client.CollectorRegistry,
+        key: Callable[[], object] | None,
+    ) -> None:
+        self._registry = registry
+        self._key = key
+        self._lock = threading.Lock()
+        # (snapshot, bodies) swapped as one reference, so a reader never pairs them wrongly.
+        self._bodies: tuple[object, dict[_MetricsForm, _Reply]] = (None, {})
+
+    def cached(self, form: _MetricsForm) -> _Reply | None:
+        """The body already rendered for the current snapshot, if any."""
+        of, replies = self._bodies
+        if self._key is None or self._key() is not of:
+            return None
+        return replies.get(form)
+
+    def render(self, form: _MetricsForm) -> _Reply:
+        """Render (or reuse) the body of the current snapshot; runs in a handler thread."""
+        if self._key is None:
+            return _render_metrics(self._registry, form)
+        with self._lock:
+            # Read before collecting: the body is then as new as the key or newer, never older.
+            current = self._key()
+            of, replies = self._bodies
+            reply = replies.get(form) if current is of else None
+            if reply is None:
+                reply = _render_metrics(self._registry, form)
+                kept = replies if current is of and len(replies) < self._MAX_FORMS else {}
+                self._bodies = (current, {**kept, form: reply})
+            return reply
+
+
+def _render_metrics(registry: prometheus_client.CollectorRegistry, form: _MetricsForm) -> _Reply:
+    body = form.encoder(registry)
     headers: tuple[tuple[str, str], ...] = (
-        ("Content-Type", content_type),
+        ("Content-Type", form.content_type),
         ("Vary", "Accept-Encoding"),
     )
-    if _accepts_gzip(encoding):
-        body = gzip.compress(body, compresslevel=GZIP_LEVEL)
+    if form.gzip:
+        body = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
         headers += (("Content-Encoding", "gzip"),)
     return _Reply(200, body, headers)
 

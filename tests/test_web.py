@@ -333,6 +333,35 @@ def test_gzip_only_when_accepted():
     assert "content-encoding" not in refused.headers
 
 
+class CountingCollector(StandInCollector):
+    """Counts how often the registry renders it."""
+
+    calls = 0
+
+    def collect(self):
+        self.calls += 1
+        yield from super().collect()
+
+
+def test_metrics_are_rendered_once_per_snapshot_and_format():
+    collector = CountingCollector()
+    snapshot = [object()]
+    routes = make_routes(collector, metrics_key=lambda: snapshot[0])
+    with serving(routes) as server, httpx.Client(trust_env=False) as client:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        zipped = [client.get(url, headers={"Accept-Encoding": "gzip"}) for _ in range(5)]
+        plain = [client.get(url, headers={"Accept-Encoding": "identity"}) for _ in range(5)]
+        openmetrics = client.get(url, headers={"Accept": PROMETHEUS_3_ACCEPT})
+        renders_of_one_snapshot = collector.calls
+        snapshot[0] = object()  # the daemon published a new snapshot
+        client.get(url, headers={"Accept-Encoding": "gzip"})
+    assert renders_of_one_snapshot == 3  # gzip text, plain text, OpenMetrics: once each
+    assert collector.calls == 4
+    assert {r.content for r in zipped + plain} == {plain[0].content}  # httpx decoded gzip
+    assert all(r.headers["content-encoding"] == "gzip" for r in zipped)
+    assert openmetrics.text.endswith("# EOF\n")
+
+
 def test_promtool_accepts_the_text_exposition(tmp_path):
     promtool = shutil.which("promtool") or "/usr/bin/promtool"
     assert os.path.exists(promtool), "promtool missing: apt-get install -y prometheus"
