@@ -36,6 +36,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "record": ("exporter.replay", "record observations per tick to a JSONL trace"),
     "replay": ("exporter.replay", "replay a recorded trace through the lifecycle core"),
     "replay-log": ("exporter.replaylog", "replay an engine log file through the classifier"),
+    "bench": ("exporter.bench", "measure scrape latency, sampling cost and detection time"),
     "wait": ("exporter.wait", "wait until a target is ready (replaces curl loops)"),
     "status": ("exporter.statuscmd", "print a table of every target's phase and progress"),
 }
@@ -275,6 +276,7 @@ def serve(
         page=lambda: render_page(daemon.latest),
         page_csp=page_csp(),
         ready=lambda: daemon.latest is not None,
+        metrics_key=lambda: daemon.latest,
     )
     server = WebServer(routes, listen_address=listen_address, web_config_file=web_config_file)
     try:
