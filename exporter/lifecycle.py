@@ -82,6 +82,8 @@ RSS_EVIDENCE_BYTES: Final = 4 * 2**20
 GPU_PLATEAU_SECONDS: Final = 10.0
 #: Share of the weights' size read before reads alone mean loading (imports read GBs too).
 LOAD_READ_SHARE: Final = 0.02
+#: ...and never less than this: importing torch and an engine from a cold cache reads GBs.
+LOAD_READ_FLOOR_BYTES: Final = 4 * 2**30
 ETA_MIN_SECONDS: Final = 5.0
 K = TypeVar("K")
 NOTABLE_LINES_KEPT: Final = 10
@@ -352,7 +354,9 @@ def _startup_phase(
         candidates.append((Phase.LOADING, "health answers 503 Loading model"))
     if health == "failing" and obs.health is not None and obs.health.status_code == 503:
         candidates.append((Phase.INITIALIZING, "health answers 503 while warming up"))
-    if th.weights_bytes and prev.load_read_bytes >= LOAD_READ_SHARE * th.weights_bytes:
+    if th.weights_bytes and prev.load_read_bytes >= max(
+        LOAD_READ_SHARE * th.weights_bytes, LOAD_READ_FLOOR_BYTES
+    ):
         candidates.append((Phase.LOADING, "weights being read from disk"))
     if _weights_done(prev, obs, now, th):
         candidates.append((Phase.INITIALIZING, "weights in: GPU memory plateau"))
@@ -454,6 +458,8 @@ def _progress_ratio(state: TargetState, obs: Observation, th: Thresholds) -> flo
     if _ORDER[state.phase] >= _ORDER[Phase.INITIALIZING]:
         return 1.0
     ratio: float | None = None
+    if state.phase is not Phase.LOADING and not state.shard_progress:
+        return state.progress_ratio  # reads and memory before loading are imports, not weights
     if state.shard_progress:
         done = sum(d for _, d, _ in state.shard_progress)
         total = sum(t for _, _, t in state.shard_progress)

@@ -274,13 +274,22 @@ def test_shard_progress_aggregates_ranks_and_never_regresses_when_a_draft_loads(
 
 
 def test_progress_from_bytes_read_over_weights_size_and_an_eta():
-    th = Thresholds(weights_bytes=20 * GiB)
-    trace = [(t, dict(process=proc(read=t * GiB), health=REFUSED)) for t in range(11)]
+    th = Thresholds(weights_bytes=200 * GiB)
+    trace = [(t, dict(process=proc(read=t * 10 * GiB), health=REFUSED)) for t in range(11)]
     final = run_trace(trace, th)[-1]
     assert final.phase is Phase.LOADING
     assert final.progress_ratio == pytest.approx(0.5)
     # about 9 s of loading got half-way: roughly as long again remains
     assert final.eta_seconds is not None and 5 < final.eta_seconds < 15
+
+
+def test_reads_of_an_engine_importing_its_libraries_are_not_loading():
+    # vLLM from a cold page cache: torch and CUDA libraries read GBs before any weight
+    th = Thresholds(weights_bytes=2 * 2**20)
+    trace = [(t, dict(process=proc(read=t * 2**30 // 2), health=REFUSED)) for t in range(7)]
+    final = run_trace(trace, th)[-1]
+    assert final.phase is Phase.STARTING
+    assert final.progress_ratio is None
 
 
 def test_progress_and_eta_are_absent_when_unknown():

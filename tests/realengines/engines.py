@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from exporter.cli import COMMANDS
 from tests.integration.harness import ROOT, Exporter
 
 SETUP_SCRIPT = ROOT / "tools" / "real-engines.sh"
@@ -29,12 +28,6 @@ BLKIO_ROOT = Path("/sys/fs/cgroup/blkio")
 STARTUP_PHASES = ("starting", "loading", "initializing")
 ORDER = ["down", "starting", "loading", "initializing", "ready", "serving"]
 _cgroup_ids = itertools.count()
-#: The ``wait`` tests were written against its documented interface before it was merged.
-expect_wait = pytest.mark.xfail(
-    "wait" not in COMMANDS,
-    reason="the `wait` subcommand is not merged yet; this test uses its documented interface",
-    strict=True,
-)
 
 
 def in_ci() -> bool:

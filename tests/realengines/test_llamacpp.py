@@ -18,7 +18,6 @@ from tests.realengines.engines import (
     ORDER,
     complete,
     engine_process,
-    expect_wait,
     llama_server_cmd,
     target_toml,
     throttle_unavailable,
@@ -114,7 +113,6 @@ def test_truncated_model_makes_the_engine_exit_and_is_reported_failed(
     assert "ready" not in [t["to"] for t in doc["transitions"]]
 
 
-@expect_wait
 def test_wait_returns_zero_once_the_real_engine_is_ready(tmp_path, llama_server, gguf_models):
     model = gguf_models["tiny"]
     port, log_file = free_port(), tmp_path / "llama-server.log"

@@ -28,7 +28,6 @@ from tests.realengines.engines import (
     complete,
     engine_process,
     evict_from_page_cache,
-    expect_wait,
     target_toml,
     vllm_cmd,
     watch,
@@ -120,13 +119,6 @@ def test_phases_go_in_order_from_down_to_serving(cold_start):
     assert {"down", "starting", "ready", "serving"} <= set(phases), phases
 
 
-@pytest.mark.xfail(
-    reason="exporter misjudgement, reported to the lead: the tree's read_bytes passes "
-    "LOAD_READ_SHARE (2 %) of a small model's size while Python imports torch and vLLM, so "
-    "'starting' turns 'loading' (reason 'weights being read from disk') tens of seconds "
-    "before vLLM's Worker logs 'Starting to load model'",
-    strict=True,
-)
 def test_imports_before_the_weights_load_are_not_reported_as_loading(cold_start):
     assert not cold_start.loading_before_weights, cold_start.loading_before_weights[:3]
 
@@ -188,6 +180,5 @@ def _lines_of_class(log: Path, cls: str) -> list[str]:
     ]
 
 
-@expect_wait
 def test_wait_returns_zero_when_the_real_engine_becomes_ready(cold_start):
     assert cold_start.wait.returncode == 0, cold_start.wait.stderr
