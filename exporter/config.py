@@ -37,6 +37,7 @@ class CompletionProbe:
     prompt: str = "2+2="
     max_tokens: int = 4
     interval_seconds: float = 30.0
+    timeout_seconds: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,12 +259,14 @@ def _read_completion(r: _Reader, value: Mapping[str, Any]) -> CompletionProbe | 
         prompt=c.get("prompt", str, "2+2="),
         max_tokens=c.get("max_tokens", int, 4),
         interval_seconds=c.duration("interval", 30.0) or 30.0,
+        timeout_seconds=c.duration("timeout", 10.0) or 10.0,
     )
     c.check(
         "max_tokens",
         probe.max_tokens,
         lambda v: None if 1 <= v <= 64 else "must be between 1 and 64",
     )
+    c.check("timeout", probe.timeout_seconds, lambda v: None if v > 0 else "must be above 0")
     c.reject_unknown()
     return probe if model else None
 

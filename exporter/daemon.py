@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, TypeVar
@@ -36,6 +36,7 @@ from exporter.model import (
     LogEvent,
     Observation,
     Phase,
+    ProbeResult,
     SourceStatus,
 )
 from exporter.sdnotify import Notifier
@@ -70,6 +71,7 @@ class _Watched:
     recent_starts: tuple[ColdStart, ...]
     state: TargetState
     next_completion_at: float = 0.0
+    completion: Future[ProbeResult] | None = None
     last_phase: Phase | None = None
     last_stalled: bool = False
 
@@ -135,6 +137,7 @@ class Daemon:
         )
         self._gpu_reading = GpuReading(gpus=())
         self._watched = [self._watch(t) for t in settings.targets]
+        self._completions = ThreadPoolExecutor(max_workers=2, thread_name_prefix="completion")
         self._pool = ThreadPoolExecutor(
             max_workers=max(2, min(16, len(self._watched) + 1)), thread_name_prefix="sample"
         )
@@ -260,10 +263,16 @@ class Daemon:
             events = logs.value or ()
         health = run_source("probe", w.prober.probe_health, target=name)
         statuses.append(health.status)
-        completion = None
+        completion = self._collect_completion(w)
         now = self._clock()
-        if w.target.completion and w.state.ready and now >= w.next_completion_at:
-            completion = w.prober.probe_completion()
+        if (
+            w.target.completion
+            and w.state.ready
+            and now >= w.next_completion_at
+            and w.completion is None
+        ):
+            # A real completion can take seconds: it runs beside the loop, never in a tick.
+            w.completion = self._completions.submit(w.prober.probe_completion)
             w.next_completion_at = now + w.target.completion.interval_seconds
         obs = Observation(
             target=name,
@@ -275,6 +284,14 @@ class Daemon:
             log_events=events,
         )
         return _SampledTarget(obs, statuses)
+
+    @staticmethod
+    def _collect_completion(w: _Watched) -> ProbeResult | None:
+        """The finished completion probe's result, once."""
+        if w.completion is None or not w.completion.done():
+            return None
+        result, w.completion = w.completion.result(), None
+        return result
 
     def _advance(
         self, w: _Watched, obs: Observation, now: float, per_gpu: tuple[tuple[int, int], ...]
@@ -425,6 +442,7 @@ class Daemon:
         """Stop helpers and release resources."""
         self.notifier.notify("STOPPING=1")
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._completions.shutdown(wait=True, cancel_futures=True)
         for w in self._watched:
             w.prober.close()
             self.history.save_progress(w.state)

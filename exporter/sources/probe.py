@@ -331,7 +331,7 @@ class Prober:
 
     def probe_health(self) -> ProbeResult:
         """GET the engine's health path; OK on any 2xx. Never raises."""
-        return self._probe(ProbeKind.HEALTH, "GET", self._target.health_path, None)
+        return self._probe(ProbeKind.HEALTH, "GET", self._target.health_path, None, self._timeout)
 
     def probe_completion(self) -> ProbeResult:
         """POST a tiny greedy completion; OK only on 2xx JSON with ``choices``. Never raises."""
@@ -345,19 +345,25 @@ class Prober:
             "temperature": 0,
         }
         return self._probe(
-            ProbeKind.COMPLETION, "POST", self._completion_path, json.dumps(payload).encode()
+            ProbeKind.COMPLETION,
+            "POST",
+            self._completion_path,
+            json.dumps(payload).encode(),
+            probe.timeout_seconds,
         )
 
     def close(self) -> None:
         """Close the HTTP client."""
         self._client.close()
 
-    def _probe(self, kind: ProbeKind, method: str, path: str, content: bytes | None) -> ProbeResult:
+    def _probe(
+        self, kind: ProbeKind, method: str, path: str, content: bytes | None, timeout: float
+    ) -> ProbeResult:
         started = time.monotonic()
         reply = _Reply()
-        dog = _Watchdog(self._timeout)
+        dog = _Watchdog(timeout)
         try:
-            self._exchange(method, path, content, reply, started + self._timeout, dog)
+            self._exchange(method, path, content, reply, started + timeout, dog)
             result = _judge(kind, reply)
         except Exception as exc:  # the probe's contract: an outcome, never an exception
             outcome = _classify(exc, dog.fired)
