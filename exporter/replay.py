@@ -17,8 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from exporter.lifecycle import TargetState, Thresholds, Transition, initial_state, step
+from exporter.lifecycle import TargetState, Thresholds, initial_state, step
 from exporter.model import Observation
+from exporter.status import transition_json
 from exporter.trace import (
     TRACE_VERSION,
     observation_from_json,
@@ -116,7 +117,7 @@ def record(args: argparse.Namespace) -> int:
                     {
                         "kind": "timeline",
                         "target": snap_target.info.name,
-                        "transitions": [_transition(t) for t in snap_target.state.transitions],
+                        "transitions": [transition_json(t) for t in snap_target.state.transitions],
                     },
                 )
     return 0
@@ -147,7 +148,7 @@ class Replay:
     def matches(self) -> bool:
         """True when every recorded live timeline equals the replayed one."""
         return all(
-            [_transition(t) for t in self.states[name].transitions] == timeline
+            [transition_json(t) for t in self.states[name].transitions] == timeline
             for name, timeline in self.recorded.items()
             if name in self.states
         )
@@ -200,7 +201,7 @@ def replay_command(args: argparse.Namespace) -> int:
                         n: {
                             "phase": s.phase.value,
                             "failure_reason": s.failure_reason,
-                            "transitions": [_transition(t) for t in s.transitions],
+                            "transitions": [transition_json(t) for t in s.transitions],
                         }
                         for n, s in result.states.items()
                     },
@@ -220,7 +221,3 @@ def replay_command(args: argparse.Namespace) -> int:
         if result.recorded:
             print("matches the recorded live timeline: " + ("yes" if result.matches() else "NO"))
     return 0 if not result.recorded or result.matches() else 1
-
-
-def _transition(t: Transition) -> dict[str, Any]:
-    return {"at": t.at, "from": t.from_phase.value, "to": t.to_phase.value, "reason": t.reason}

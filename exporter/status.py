@@ -79,7 +79,7 @@ def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> dict[
         "gpu_memory_bytes": {str(i): b for i, b in t.gpu_memory_bytes},
         "probes": {"health": _probe(s.last_health), "completion": _probe(s.last_completion)},
         "current_phases": _phases(s),
-        "transitions": [_transition(x) for x in s.transitions],
+        "transitions": [transition_json(x) for x in s.transitions],
         "notable_lines": [_line(e) for e in s.notable_lines],
         "last_cold_start": _cold(s.last_cold_start),
         "restarts": s.counters.restarts,
@@ -151,7 +151,8 @@ def _probe(r: ProbeResult | None) -> dict[str, Any] | None:
     }
 
 
-def _transition(x: Transition) -> dict[str, Any]:
+def transition_json(x: Transition) -> dict[str, Any]:
+    """One phase change as JSON-ready data (shared with ``replay``)."""
     return {"at": x.at, "from": x.from_phase.value, "to": x.to_phase.value, "reason": x.reason}
 
 
