@@ -689,7 +689,7 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
         baseline=_next_baseline(state.baseline, obs, ev, now),
     )
     state = replace(state, progress_ratio=_progress_ratio(state, obs, th))
-    return replace(state, eta_seconds=_eta(state, now, th))
+    return replace(state, eta_seconds=None if state.stalled else _eta(state, now, th))
 
 
 def _passes_through(current: Phase, announced: Phase | None) -> bool:

@@ -464,3 +464,15 @@ def test_a_phase_announced_with_the_fatal_line_stays_in_the_timeline():
     final = run_trace(trace)[-1]
     assert [t.to_phase for t in final.transitions][-2:] == [Phase.INITIALIZING, Phase.FAILED]
     assert final.failure_reason is FailureReason.OOM
+
+
+def test_a_stalled_start_has_no_eta():
+    th = Thresholds(
+        weights_bytes=200 * GiB,
+        stall_seconds={Phase.STARTING: 30, Phase.LOADING: 30, Phase.INITIALIZING: 30},
+    )
+    trace = [(t, dict(process=proc(read=t * 10 * GiB), health=REFUSED)) for t in range(11)]
+    trace += [(t, dict(process=proc(read=100 * GiB), health=REFUSED)) for t in range(12, 60, 4)]
+    states = run_trace(trace, th)
+    assert states[10].eta_seconds is not None
+    assert states[-1].stalled and states[-1].eta_seconds is None
