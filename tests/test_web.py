@@ -12,6 +12,7 @@ import gc
 import ipaddress
 import logging
 import os
+import re
 import selectors
 import shutil
 import socket
@@ -564,6 +565,38 @@ def test_slow_trickle_cannot_extend_the_request_deadline():
                 break
         assert closed
         assert time.monotonic() - started < 3.0
+
+
+def _raw_exchange(server: WebServer, request: bytes) -> bytes:
+    """Send raw bytes, read until the server closes or goes quiet for a second."""
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.settimeout(1.0)
+        s.sendall(request)
+        reply = b""
+        with contextlib.suppress(TimeoutError, ConnectionResetError):
+            while chunk := s.recv(65536):
+                reply += chunk
+    return reply
+
+
+def test_a_request_head_past_16_kib_is_refused_and_closed():
+    head = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+    with serving() as server:
+        under = _raw_exchange(server, head + b"X-Big: " + b"a" * 12_000 + b"\r\n\r\n")
+        over = _raw_exchange(server, head + b"X-Big: " + b"a" * 20_000 + b"\r\n\r\n")
+        trickled = _raw_exchange(server, head + b"X-Big: " + b"a" * 200_000)  # never ends
+        after = http_get(server)
+    assert under.startswith(b"HTTP/1.1 200 ")
+    assert over.startswith(b"HTTP/1.1 400 ") and b"connection: close" in over.lower()
+    assert trickled.startswith(b"HTTP/1.1 400 ")
+    assert after.status_code == 200
+
+
+def test_pipelined_requests_are_each_answered_in_order():
+    request = b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+    with serving() as server:
+        reply = _raw_exchange(server, request * 3)
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", reply) == [b"200", b"404"] * 3
 
 
 def test_connections_beyond_the_cap_are_closed_at_accept(caplog):
