@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import platform
+import random
 import select
 import shutil
 import signal
@@ -52,7 +53,6 @@ MIB: Final = 2**20
 # should this process be killed before it can stop them.
 _IDLE_SECONDS: Final = 1800
 _POLL: Final = 0.02
-_CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 _GPU_TOTAL: Final = 80 * 2**30
 _GPU_USED_PER_PROCESS: Final = 70 * 2**30
 
@@ -415,7 +415,8 @@ def gpu_state_lines(targets: Sequence[FarmTarget], gpus: int) -> list[str]:
     lines = []
     for index in range(gpus):
         uuid = f"GPU-00000000-0000-4000-8000-{index:012x}"
-        lines.append(f"gpu {index} {uuid} NVIDIA_H100_80GB_HBM3 {_GPU_TOTAL} 0 0 0")
+        used = _GPU_USED_PER_PROCESS if targets else 0
+        lines.append(f"gpu {index} {uuid} NVIDIA_H100_80GB_HBM3 {_GPU_TOTAL} {used} 0 0")
         if targets:
             owner = targets[index % len(targets)]
             pid = owner.workers[(index // len(targets)) % len(owner.workers)]
@@ -869,8 +870,10 @@ def _sampling_section(ctx: _Context) -> dict[str, Any]:
     counts = sorted(set(sizes.curve) | {sizes.sampling_targets})
     curve = []
     for count in counts:
-        seconds = sizes.sampling_seconds if count == sizes.sampling_targets else sizes.curve_seconds
-        curve.append(_sampling_cost(ctx, count, seconds))
+        if count == sizes.sampling_targets:
+            curve.append(_sampling_cost(ctx, count, sizes.sampling_seconds, windows=3))
+        else:
+            curve.append(_sampling_cost(ctx, count, sizes.curve_seconds, windows=1))
     main = next(p for p in curve if p["targets"] == sizes.sampling_targets)
     return {
         **main,
@@ -919,29 +922,40 @@ def _cpu_per_call(call: Callable[[], object], calls: int = 50) -> float:
     return round((time.thread_time() - started) * 1000 / calls, 3)
 
 
-def _sampling_cost(ctx: _Context, targets: int, seconds: float) -> dict[str, Any]:
-    """CPU of the exporter and its NVML child over ``seconds`` of unscraped ticking."""
+def _sampling_cost(ctx: _Context, targets: int, seconds: float, windows: int) -> dict[str, Any]:
+    """CPU of the exporter and its NVML child while it ticks unscraped.
+
+    The figure is the median of ``windows`` consecutive windows: other work on a shared box
+    only ever adds to a window, and the median keeps one disturbed window out.
+    """
     interval = ctx.sizes.interval
     with _farm_exporter(ctx, f"sampling-{targets}", targets) as exp:
         time.sleep(2 * interval)  # past the first ticks' one-off work (handles, classifiers)
-        cpu0, child0, t0 = exp.cpu_seconds(), exp.child_cpu_seconds(), time.monotonic()
-        time.sleep(seconds)
-        cpu1, child1, t1 = exp.cpu_seconds(), exp.child_cpu_seconds(), time.monotonic()
+        measured = [_cpu_window(exp, seconds / windows) for _ in range(windows)]
         tick = _metric_value(exp.get("/metrics"), "inference_exporter_tick_duration_seconds")
         if ctx.profile_dir is not None and targets == ctx.sizes.sampling_targets:
             ctx.profiles["sampling"] = _py_spy(exp, ctx.profile_dir / "sampling", seconds)
-    ticks = (t1 - t0) / interval
+    cpu, child = (statistics.median(m[i] for m in measured) for i in (0, 1))
     return {
         "targets": targets,
         "processes": targets * (ctx.sizes.procs_per_target + 1),
         "gpus": ctx.sizes.gpus,
         "interval_s": interval,
-        "window_s": round(t1 - t0, 1),
-        "cpu_per_tick_ms": round((cpu1 - cpu0) * 1000 / ticks, 2),
-        "nvml_child_per_tick_ms": round((child1 - child0) * 1000 / ticks, 2),
-        "cpu_percent_of_core": round((cpu1 - cpu0) * 100 / (t1 - t0), 2),
+        "windows_s": [round(seconds / windows, 1)] * windows,
+        "cpu_per_tick_ms": round(cpu * 1000 * interval, 2),
+        "cpu_per_tick_ms_windows": [round(m[0] * 1000 * interval, 2) for m in measured],
+        "nvml_child_per_tick_ms": round(child * 1000 * interval, 2),
+        "cpu_percent_of_core": round(cpu * 100, 2),
         "tick_wall_ms": None if tick is None else round(tick * 1000, 2),
     }
+
+
+def _cpu_window(server: _Server, seconds: float) -> tuple[float, float]:
+    """CPU seconds per second of the server with its children, and of the children alone."""
+    cpu0, child0, t0 = server.cpu_seconds(), server.child_cpu_seconds(), time.monotonic()
+    time.sleep(seconds)
+    cpu1, child1, t1 = server.cpu_seconds(), server.child_cpu_seconds(), time.monotonic()
+    return (cpu1 - cpu0) / (t1 - t0), (child1 - child0) / (t1 - t0)
 
 
 def _metric_value(exposition: bytes, name: str) -> float | None:
@@ -1058,6 +1072,8 @@ def _ready_lags(ctx: _Context, interval: float) -> dict[str, Any]:
     lags = []
     with _exporter(ctx, f"ready-{interval:g}", toml, interval=interval, env=env) as exp:
         for _ in range(ctx.sizes.starts):
+            # An engine turns ready at any moment of the exporter's tick: start at a random one.
+            time.sleep(random.uniform(0, interval))
             with _simulator(files, "healthy") as sim:
                 ready_at = sim.ready_at(timeout=60)
                 # "since" is the time of the tick that saw it ready: when /metrics says so.
@@ -1262,6 +1278,13 @@ def _scrape_lines(report: dict[str, Any]) -> list[str]:
         lines.append(
             _row((*cells, conc["per_second"], conc["max_ms"], figures["rss_mib"]), _SCRAPE_COLUMNS)
         )
+    memory = scrape["exporter"].get("memory")
+    if memory:
+        lines.append(
+            f"exporter RSS MiB: {memory['rss_after_start_mib']} after start, "
+            f"{memory['rss_after_scrapes_mib']} after {memory['scrapes']} scrapes "
+            f"(max {memory['rss_max_mib']}); its NVML child {memory['nvml_child_rss_mib']}"
+        )
     return lines
 
 
@@ -1315,7 +1338,7 @@ def _cpu_seconds(pid: int) -> float:
             fields = f.read().rpartition(b")")[2].split()
     except OSError:
         return 0.0
-    return sum(int(x) for x in fields[11:15]) / _CLK_TCK
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_bytes(pid: int) -> int:
