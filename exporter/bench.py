@@ -159,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
-        print(f"bench: --only: unknown section {unknown[0]!r}; known: {','.join(SECTIONS)}")
+        known = ",".join(SECTIONS)
+        print(f"bench: --only: unknown section {unknown[0]!r}; known: {known}", file=sys.stderr)
         return 2
     sizes = _sizes(args)
     with _work_dir(args.work_dir) as work:
