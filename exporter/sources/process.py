@@ -441,11 +441,14 @@ class _Member:
 class _ProcFile:
     """A /proc file read again every tick, through a kept descriptor while the budget allows."""
 
-    __slots__ = ("_fd", "path")
+    __slots__ = ("_budget", "_close", "_fd", "path")
 
-    def __init__(self, path: str, fd: int | None) -> None:
+    def __init__(self, path: str, fd: int | None, budget: _FdBudget) -> None:
         self.path = path
         self._fd = fd
+        # Held here, not looked up at close: __del__ may run while the interpreter exits.
+        self._budget = budget
+        self._close = os.close
 
     @classmethod
     def open(cls, path: str) -> _ProcFile:
@@ -453,9 +456,9 @@ class _ProcFile:
         budget = _fd_budget()
         if not budget.take():
             os.close(os.open(path, os.O_RDONLY))  # checks it exists and may be opened
-            return cls(path, None)
+            return cls(path, None, budget)
         try:
-            return cls(path, os.open(path, os.O_RDONLY))
+            return cls(path, os.open(path, os.O_RDONLY), budget)
         except OSError:
             budget.give()
             raise
@@ -473,9 +476,9 @@ class _ProcFile:
     def close(self) -> None:
         """Close the kept descriptor, if any, and give it back to the budget."""
         if self._fd is not None:
-            os.close(self._fd)
+            self._close(self._fd)
             self._fd = None
-            _fd_budget().give()
+            self._budget.give()
 
     def __del__(self) -> None:
         # A tree dropped without close() (a target removed by a config reload) still gives
