@@ -33,12 +33,15 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "check-config": ("exporter.cli", "validate a config file and exit"),
     "demo": ("exporter.demo", "run the exporter against a simulated cold-starting engine"),
     "simulate": ("exporter.simulate", "run a simulated cold-starting inference engine"),
-    "record": ("exporter.replay", "record observations per tick to a JSONL trace"),
-    "replay": ("exporter.replay", "replay a recorded trace through the lifecycle core"),
-    "replay-log": ("exporter.replaylog", "replay an engine log file through the classifier"),
+    "record": ("exporter.commands.replay", "record observations per tick to a JSONL trace"),
+    "replay": ("exporter.commands.replay", "replay a recorded trace through the lifecycle core"),
+    "replay-log": (
+        "exporter.commands.replay_log",
+        "replay an engine log file through the classifier",
+    ),
     "bench": ("exporter.bench", "measure scrape latency, sampling cost and detection time"),
-    "wait": ("exporter.wait", "wait until a target is ready (replaces curl loops)"),
-    "status": ("exporter.statuscmd", "print a table of every target's phase and progress"),
+    "wait": ("exporter.commands.wait", "wait until a target is ready (replaces curl loops)"),
+    "status": ("exporter.commands.status", "print a table of every target's phase and progress"),
 }
 
 RUN_EPILOG: Final = """exit codes:
@@ -202,7 +205,7 @@ def check_config(args: argparse.Namespace) -> int:
     """Validate a config file (and web config): one line per problem on stderr, exit 2."""
     from exporter.config import load_settings
     from exporter.sources.probe import load_api_key
-    from exporter.webconfig import validate_web_config
+    from exporter.web.config import validate_web_config
 
     problems: list[str] = []
     try:
@@ -256,10 +259,10 @@ def serve(
 
     from exporter.config import Settings, load_settings
     from exporter.daemon import Daemon
-    from exporter.metrics import SnapshotCollector
-    from exporter.page import page_csp, render_page
-    from exporter.status import status_json
-    from exporter.web import WebRoutes, WebServer
+    from exporter.render.metrics import SnapshotCollector
+    from exporter.render.page import page_csp, render_page
+    from exporter.render.status import status_json
+    from exporter.web.server import WebRoutes, WebServer
 
     assert isinstance(settings, Settings)
     stop = stop or threading.Event()

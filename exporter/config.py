@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from exporter.core.model import Phase
 from exporter.engines import ENGINES
 from exporter.errors import ConfigError, ConfigErrors
-from exporter.model import Phase
 
 DEFAULT_INTERVAL_SECONDS: Final = 1.0
 DEFAULT_STATE_DIRECTORY: Final = "/var/lib/inference-lifecycle-exporter"

@@ -18,10 +18,8 @@ from typing import Final, TypeVar
 
 from exporter import __version__
 from exporter.config import Settings, Target
-from exporter.engines import ENGINES
-from exporter.errors import ConfigError, ConfigErrors
-from exporter.history import History
-from exporter.lifecycle import (
+from exporter.core.classify import LogClassifier
+from exporter.core.lifecycle import (
     ColdStart,
     TargetState,
     Thresholds,
@@ -29,8 +27,7 @@ from exporter.lifecycle import (
     learned_stall_seconds,
     step,
 )
-from exporter.logparse import LogClassifier
-from exporter.model import (
+from exporter.core.model import (
     STARTUP_PHASES,
     GpuReading,
     LogEvent,
@@ -39,8 +36,11 @@ from exporter.model import (
     ProbeResult,
     SourceStatus,
 )
+from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
+from exporter.engines import ENGINES
+from exporter.errors import ConfigError, ConfigErrors
+from exporter.history import History
 from exporter.sdnotify import Notifier
-from exporter.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.sources import SourceHealth, SourceResult, run_source
 from exporter.sources.disk import DiskSource
 from exporter.sources.gpu import GpuSource, attribute_gpu_memory, visible_gpu_pids

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from exporter.lifecycle import ColdStart, TargetState, initial_state
-from exporter.model import STARTUP_PHASES, Phase
+from exporter.core.lifecycle import ColdStart, TargetState, initial_state
+from exporter.core.model import STARTUP_PHASES, Phase
 
 log = logging.getLogger(__name__)
 SCHEMA_VERSION: Final = 1

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from exporter.lifecycle import Thresholds
-from exporter.model import (
+from exporter.core.lifecycle import Thresholds
+from exporter.core.model import (
     FailureReason,
     LogClass,
     LogEvent,

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
+from exporter.core.lifecycle import ColdStart, learned_stall_seconds
+from exporter.core.model import Phase
 from exporter.daemon import anchored_clock
 from exporter.history import History
-from exporter.lifecycle import ColdStart, learned_stall_seconds
-from exporter.model import Phase
 
 
 def cold(start, outcome="ready", loading=300.0, quiet=40.0):

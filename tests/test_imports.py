@@ -41,13 +41,18 @@ STDLIB = set(sys.stdlib_module_names)
 @pytest.mark.parametrize(
     ("module", "allowed"),
     [
-        ("exporter.lifecycle", {"exporter.model", "exporter.engines"}),
+        ("exporter.core.lifecycle", {"exporter.core.model", "exporter.engines"}),
         (
-            "exporter.metrics",
-            {"exporter.model", "exporter.lifecycle", "exporter.snapshot", "prometheus_client"},
+            "exporter.render.metrics",
+            {
+                "exporter.core.model",
+                "exporter.core.lifecycle",
+                "exporter.core.snapshot",
+                "prometheus_client",
+            },
         ),
-        ("exporter.model", set()),
-        ("exporter.snapshot", {"exporter.model", "exporter.lifecycle"}),
+        ("exporter.core.model", set()),
+        ("exporter.core.snapshot", {"exporter.core.model", "exporter.core.lifecycle"}),
     ],
 )
 def test_pure_modules_import_only_what_they_may(module, allowed):
@@ -63,9 +68,9 @@ def test_pure_modules_import_only_what_they_may(module, allowed):
 @pytest.mark.parametrize(
     ("library", "owners"),
     [
-        ("pynvml", {"exporter.sources.gpu", "exporter.nvmlworker"}),
+        ("pynvml", {"exporter.sources.gpu", "exporter.sources.nvml_worker"}),
         ("systemd", {"exporter.sources.logs"}),
-        ("httpx", {"exporter.sources.probe", "exporter.wait"}),
+        ("httpx", {"exporter.sources.probe", "exporter.commands.wait"}),
         ("psutil", {"exporter.sources.process", "exporter.sources.disk"}),
     ],
 )
@@ -78,16 +83,16 @@ def test_only_the_shell_imports_sources():
     assert users <= {
         "exporter.daemon",
         "exporter.cli",
-        "exporter.wait",
+        "exporter.commands.wait",
         "exporter.bench",
-        "exporter.replay",
+        "exporter.commands.replay",
     }
 
 
 def test_importing_the_package_has_no_side_effects():
     code = (
-        "import logging, prometheus_client as pc, exporter, exporter.cli, exporter.metrics,"
-        " exporter.lifecycle, exporter.daemon\n"
+        "import logging, prometheus_client as pc, exporter, exporter.cli, exporter.render.metrics,"
+        " exporter.core.lifecycle, exporter.daemon\n"
         "names = [m for m in pc.REGISTRY._names_to_collectors if m.startswith('inference_')]\n"
         "assert not names, names\n"
         "assert not logging.getLogger().handlers\n"

@@ -1,6 +1,6 @@
 """llama.cpp server's log profile, as data: markers, fatal lines, noise.
 
-No code paths: ``exporter.logparse`` applies it. Sources: ENGINES.md section 5 (llama.cpp)
+No code paths: ``exporter.core.classify`` applies it. Sources: ENGINES.md section 5 (llama.cpp)
 and the fixtures in ``shared/fixtures/logs/llamacpp-*.log``.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from exporter.core.model import FailureReason, Phase
 from exporter.engines.profile import COMMON_BENIGN, COMMON_FATAL, LogProfile, fatal, marker
-from exporter.model import FailureReason, Phase
 
 _L, _I, _R = Phase.LOADING, Phase.INITIALIZING, Phase.READY
 

@@ -1,6 +1,6 @@
 """Log profile of a generic OpenAI-compatible server, as data: only what every engine shares.
 
-No code paths: ``exporter.logparse`` applies it. Readiness of such a server comes from its
+No code paths: ``exporter.core.classify`` applies it. Readiness of such a server comes from its
 probe, never from a log line, so no marker here announces ``ready``.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from exporter.core.model import Phase
 from exporter.engines.profile import COMMON_BENIGN, COMMON_FATAL, LogProfile, marker, progress
-from exporter.model import Phase
 
 LOG_PROFILE: Final = LogProfile(
     markers=(

@@ -1,6 +1,6 @@
 """Log profile data types, plus the noise and failures every engine's log shares.
 
-No I/O. The classifier in ``exporter.logparse`` applies these; engine modules only fill them.
+No I/O. The classifier in ``exporter.core.classify`` applies these; engine modules only fill them.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
-from exporter.model import FailureReason, LogClass, Phase
+from exporter.core.model import FailureReason, LogClass, Phase
 
 
 @dataclass(frozen=True, slots=True)

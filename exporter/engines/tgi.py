@@ -1,6 +1,6 @@
 """Text Generation Inference's log profile, as data: markers, fatal lines, noise.
 
-No code paths: ``exporter.logparse`` applies it. Sources: ENGINES.md section 5 (TGI) and the
+No code paths: ``exporter.core.classify`` applies it. Sources: ENGINES.md section 5 (TGI) and the
 fixtures in ``shared/fixtures/logs/tgi-*.log``.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from exporter.core.model import FailureReason, Phase
 from exporter.engines.profile import (
     COMMON_BENIGN,
     COMMON_FATAL,
@@ -18,7 +19,6 @@ from exporter.engines.profile import (
     marker,
     progress,
 )
-from exporter.model import FailureReason, Phase
 
 _L, _I, _R = Phase.LOADING, Phase.INITIALIZING, Phase.READY
 

@@ -1,6 +1,6 @@
 """Triton Inference Server's log profile, as data: markers, fatal lines, noise.
 
-No code paths: ``exporter.logparse`` applies it. Source: ENGINES.md sections 3 and 5
+No code paths: ``exporter.core.classify`` applies it. Source: ENGINES.md sections 3 and 5
 (Triton); no fixture log exists for Triton yet.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from exporter.core.model import FailureReason, Phase
 from exporter.engines.profile import COMMON_BENIGN, COMMON_FATAL, LogProfile, fatal, marker
-from exporter.model import FailureReason, Phase
 
 _L, _I, _R = Phase.LOADING, Phase.INITIALIZING, Phase.READY
 

@@ -1,6 +1,6 @@
 """TensorRT-LLM (``trtllm-serve``) log profile, as data: markers, fatal lines, noise.
 
-No code paths: ``exporter.logparse`` applies it. Sources: ENGINES.md section 3 and the
+No code paths: ``exporter.core.classify`` applies it. Sources: ENGINES.md section 3 and the
 fixtures in ``shared/fixtures/logs/trtllm-*.log``.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from exporter.core.model import FailureReason, Phase
 from exporter.engines.profile import (
     COMMON_BENIGN,
     COMMON_FATAL,
@@ -17,7 +18,6 @@ from exporter.engines.profile import (
     marker,
     progress,
 )
-from exporter.model import FailureReason, Phase
 
 _L, _I, _R = Phase.LOADING, Phase.INITIALIZING, Phase.READY
 

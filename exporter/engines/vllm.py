@@ -1,6 +1,6 @@
 """vLLM's log profile, as data: phase markers, progress bars, fatal lines, noise.
 
-No code paths: ``exporter.logparse`` applies it. Sources: ENGINES.md section 5 (vLLM) and
+No code paths: ``exporter.core.classify`` applies it. Sources: ENGINES.md section 5 (vLLM) and
 the fixtures in ``shared/fixtures/logs/vllm-*.log``.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from exporter.core.model import FailureReason, Phase
 from exporter.engines.profile import (
     COMMON_BENIGN,
     COMMON_FATAL,
@@ -19,7 +20,6 @@ from exporter.engines.profile import (
     progress,
     wrapper,
 )
-from exporter.model import FailureReason, Phase
 
 _L, _I, _R = Phase.LOADING, Phase.INITIALIZING, Phase.READY
 

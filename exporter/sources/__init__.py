@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from exporter.core.model import SourceStatus
 from exporter.errors import SourceError
-from exporter.model import SourceStatus
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

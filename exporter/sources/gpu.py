@@ -1,4 +1,4 @@
-"""GPU source: NVML sampled in a supervised child (exporter.nvmlworker) with deadline and backoff.
+"""GPU source: NVML sampled in a supervised child (``nvml_worker``) with deadline and backoff.
 
 Never calls NVML in-process: a segfault or a call stuck in the driver must not take the daemon
 down. Also the pure attribution of GPU memory to targets (no I/O: visibility is passed in).
@@ -19,12 +19,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
+from exporter.core.model import GpuProcess, GpuReading, GpuSample
 from exporter.errors import SourceError
-from exporter.model import GpuProcess, GpuReading, GpuSample
 
 log = logging.getLogger(__name__)
 
-_REQUEST: Final = b"sample\n"  # exporter.nvmlworker.REQUEST; that module imports pynvml
+_REQUEST: Final = b"sample\n"  # exporter.sources.nvml_worker.REQUEST; that module imports pynvml
 _PID_MAX_LIMIT: Final = 4_194_304  # the kernel's ceiling, when pid_max cannot be read
 _KIB: Final = 1024  # NVML reports PCIe throughput in KB/s, meaning KiB/s as nvitop reads it
 
@@ -363,7 +363,7 @@ class GpuSource:
         return self._worker
 
     def _spawn(self) -> None:
-        argv = [sys.executable, "-m", "exporter.nvmlworker"]
+        argv = [sys.executable, "-m", "exporter.sources.nvml_worker"]
         argv += [] if self._described else ["--describe"]
         argv += [] if self._pcie else ["--no-pcie"]
         try:

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, Protocol
 
 from exporter.config import Target
+from exporter.core.classify import LogClassifier
+from exporter.core.model import LogEvent
 from exporter.errors import SourceError
-from exporter.logparse import LogClassifier
-from exporter.model import LogEvent
 
 try:  # optional: the journalctl fallback serves hosts without systemd-python
     from systemd import journal as _journal

@@ -25,9 +25,9 @@ import httpx
 
 from exporter import __version__
 from exporter.config import Target
+from exporter.core.model import ProbeKind, ProbeOutcome, ProbeResult
 from exporter.engines import ENGINES
 from exporter.errors import ConfigError
-from exporter.model import ProbeKind, ProbeOutcome, ProbeResult
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from typing import Final, Protocol
 import psutil
 
 from exporter.config import Target
+from exporter.core.model import ProcessSample
 from exporter.engines import ENGINES
 from exporter.errors import SourceError
-from exporter.model import ProcessSample
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from exporter.core.model import GpuReading
 from exporter.errors import SourceError
-from exporter.model import GpuReading
 from exporter.simnvml import STATE_ENV, build_simulated_nvml, write_state
 from exporter.sources.gpu import GpuSource, attribute_gpu_memory, visible_gpu_pids
 

@@ -20,13 +20,13 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.wait import WebDriverWait
 
-from exporter.lifecycle import ColdStart, initial_state
-from exporter.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
-from exporter.page import page_csp
+from exporter.core.lifecycle import ColdStart, initial_state
+from exporter.core.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
+from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
+from exporter.render.page import page_csp
 from exporter.simnvml import build_simulated_nvml
-from exporter.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from tests.integration.harness import ROOT, Simulator, exporter, simulator, stop, target_toml
-from tests.test_page import page_server
+from tests.render.test_page import page_server
 
 pytestmark = pytest.mark.integration
 CHROMIUM = "/usr/bin/chromium"

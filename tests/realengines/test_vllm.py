@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from exporter.core.classify import LogClassifier
 from exporter.engines import ENGINES
-from exporter.logparse import LogClassifier
 from tests.integration.harness import ROOT, exporter, free_port
 from tests.realengines.engines import (
     ORDER,

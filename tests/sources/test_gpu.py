@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from exporter.core.model import GpuProcess, GpuReading, GpuSample
 from exporter.errors import SourceError
-from exporter.model import GpuProcess, GpuReading, GpuSample
 from exporter.simnvml import STATE_ENV, build_simulated_nvml, write_state
 from exporter.sources.gpu import GpuSource, attribute_gpu_memory, visible_gpu_pids
 from tests.gpu.check_real_gpu import first_reading as eventually

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from exporter.config import Target
+from exporter.core.classify import MAX_LINE_CHARS, LogClassifier
+from exporter.core.model import FailureReason, LogClass, LogEvent
 from exporter.engines import ENGINES
 from exporter.errors import SourceError
-from exporter.logparse import MAX_LINE_CHARS, LogClassifier
-from exporter.model import FailureReason, LogClass, LogEvent
 from exporter.sources.logs import (
     FileLogSource,
     JournalctlLogSource,
@@ -266,7 +266,7 @@ CHILD = r"""
 import os, pwd, sys
 from exporter.engines import ENGINES
 from exporter.errors import SourceError
-from exporter.logparse import LogClassifier
+from exporter.core.classify import LogClassifier
 from exporter.sources.logs import FileLogSource, JournalLogSource
 kind, path, drop = sys.argv[1], sys.argv[2], sys.argv[3] == "drop"
 if drop:  # the interpreter lives under /root: import as root first, then become nobody

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from exporter.config import CompletionProbe, Target
+from exporter.core.model import ProbeKind, ProbeOutcome, ProbeResult
 from exporter.errors import ConfigError
-from exporter.model import ProbeKind, ProbeOutcome, ProbeResult
 from exporter.sources.probe import Prober, has_choices, load_api_key, says_loading
 from tests.httpservers import (
     Exchange,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from exporter.config import Target
-from exporter.model import ProcessSample
+from exporter.core.model import ProcessSample
 from exporter.sources import run_source
 from exporter.sources.process import ProcessSource
 from tests.sources.conftest import (

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from exporter.lifecycle import ColdStart, TargetState, Transition
-from exporter.model import GpuSample, LogEvent, Phase, ProbeResult
-from exporter.snapshot import Snapshot, TargetSnapshot
+from exporter.core.lifecycle import ColdStart, TargetState, Transition
+from exporter.core.model import GpuSample, LogEvent, Phase, ProbeResult
+from exporter.core.snapshot import Snapshot, TargetSnapshot
 
 #: Startup phases in the order a cold start passes through them (the timeline's order).
 _TIMELINE_ORDER = (Phase.STARTING, Phase.LOADING, Phase.INITIALIZING)

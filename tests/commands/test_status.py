@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.lifecycle import ColdStart, initial_state
-from exporter.model import FailureReason, Phase
-from exporter.snapshot import Snapshot, TargetInfo, TargetSnapshot
-from exporter.status import render_status
-from exporter.statuscmd import COLUMNS, render_table
+from exporter.commands.status import COLUMNS, render_table
+from exporter.core.lifecycle import ColdStart, initial_state
+from exporter.core.model import FailureReason, Phase
+from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
+from exporter.render.status import render_status
+from tests.commands.test_wait import cli
 from tests.httpservers import closed_port
 from tests.integration.harness import exporter
-from tests.test_wait import cli
 
 T0 = 1_700_000_000.0
 

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from exporter.lifecycle import TargetState, Thresholds, initial_state, step
-from exporter.model import Observation
-from exporter.status import transition_json
+from exporter.core.lifecycle import TargetState, Thresholds, initial_state, step
+from exporter.core.model import Observation
+from exporter.render.status import transition_json
 from exporter.trace import (
     TRACE_VERSION,
     observation_from_json,

@@ -20,9 +20,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from exporter.lifecycle import COLD_START_BUCKETS, TargetState
-from exporter.model import FailureReason, LogClass, Phase, ProbeKind
-from exporter.snapshot import Snapshot, TargetSnapshot
+from exporter.core.lifecycle import COLD_START_BUCKETS, TargetState
+from exporter.core.model import FailureReason, LogClass, Phase, ProbeKind
+from exporter.core.snapshot import Snapshot, TargetSnapshot
 
 _TICK_NOTE: Final = " (as of the last sampling tick)"
 

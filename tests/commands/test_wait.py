@@ -21,11 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.lifecycle import ColdStart, initial_state
-from exporter.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
-from exporter.snapshot import Snapshot, TargetInfo, TargetSnapshot
-from exporter.status import render_status
-from exporter.wait import (
+from exporter.commands.wait import (
     eta_text,
     format_bytes,
     format_duration,
@@ -36,6 +32,10 @@ from exporter.wait import (
     shown_url,
     standalone_targets,
 )
+from exporter.core.lifecycle import ColdStart, initial_state
+from exporter.core.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
+from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
+from exporter.render.status import render_status
 from tests.httpservers import LoopbackServer, closed_port, reply
 from tests.integration.harness import ROOT, exporter, simulator, target_toml
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exporter.lifecycle import ColdStart, TargetState
-from exporter.model import DiskSample, GpuSample, ProcessSample, SourceStatus
+from exporter.core.lifecycle import ColdStart, TargetState
+from exporter.core.model import DiskSample, GpuSample, ProcessSample, SourceStatus
 
 
 @dataclass(frozen=True, slots=True)

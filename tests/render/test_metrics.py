@@ -12,9 +12,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from exporter.lifecycle import ColdStart, Thresholds, initial_state, step
-from exporter.metrics import SnapshotCollector
-from exporter.model import (
+from exporter.core.lifecycle import ColdStart, Thresholds, initial_state, step
+from exporter.core.model import (
     DiskSample,
     FailureReason,
     GpuSample,
@@ -28,9 +27,10 @@ from exporter.model import (
     ProcessSample,
     SourceStatus,
 )
-from exporter.snapshot import Snapshot, TargetInfo, TargetSnapshot
+from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
+from exporter.render.metrics import SnapshotCollector
 
-GOLDEN = Path(__file__).parent / "fixtures/metrics"
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures/metrics"
 T0 = 1_700_000_000.0
 GiB = 2**30
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.lifecycle import (
+from exporter.core.lifecycle import (
     COLD_START_BUCKETS,
     DEFAULT_STALL_SECONDS,
     STALL_FLOOR_SECONDS,
@@ -20,7 +20,7 @@ from exporter.lifecycle import (
     phase_durations_total,
     step,
 )
-from exporter.model import (
+from exporter.core.model import (
     STARTUP_PHASES,
     FailureReason,
     LogClass,

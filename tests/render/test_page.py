@@ -15,11 +15,11 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.lifecycle import initial_state
-from exporter.page import page_assets, page_csp, render_page
-from exporter.snapshot import Snapshot, TargetInfo, TargetSnapshot
-from exporter.status import status_json
-from exporter.web import WebRoutes, WebServer
+from exporter.core.lifecycle import initial_state
+from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
+from exporter.render.page import page_assets, page_csp, render_page
+from exporter.render.status import status_json
+from exporter.web.server import WebRoutes, WebServer
 
 T0 = 1_700_000_000.0
 

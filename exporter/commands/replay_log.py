@@ -1,6 +1,6 @@
 """The ``replay-log`` subcommand: run a saved engine log through the classifier and lifecycle.
 
-Reads one file and prints; it owns no lifecycle logic (``exporter.lifecycle.step`` decides)
+Reads one file and prints; it owns no lifecycle logic (``exporter.core.lifecycle.step`` decides)
 and never watches anything live.
 """
 
@@ -16,10 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
+from exporter.core.classify import LogClassifier, clean
+from exporter.core.lifecycle import Thresholds, initial_state, step
+from exporter.core.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.engines import ENGINES
-from exporter.lifecycle import Thresholds, initial_state, step
-from exporter.logparse import LogClassifier, clean
-from exporter.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 
 #: Lines looked at to recognise the engine.
 DETECT_LINES: Final = 5000

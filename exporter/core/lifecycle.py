@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, TypeVar
 
-from exporter.model import (
+from exporter.core.model import (
     STARTUP_PHASES,
     FailureReason,
     LogClass,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from exporter.core.classify import LogClassifier
+from exporter.core.model import FailureReason, LogClass, Phase
 from exporter.engines import ENGINES
-from exporter.logparse import LogClassifier
-from exporter.model import FailureReason, LogClass, Phase
 
-ENGINE_DIR = Path(__file__).resolve().parents[1] / "exporter" / "engines"
+ENGINE_DIR = Path(__file__).resolve().parents[2] / "exporter" / "engines"
 _CALL = re.compile(r"^\s*(marker|progress|fatal|benign|wrapper)\(")
 _SECTION = re.compile(r"^\s*(markers|fatal|benign|wrappers|detect)=")
 _CITATION = re.compile(r"[a-z]+-\d\d\b|ENGINES\.md|issue \d+|DESIGN\.md|README\.md")

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.errors import ConfigError
-from exporter.webconfig import (
+from exporter.web.config import (
     BasicAuthUsers,
     ClientAuthType,
     RateLimit,
@@ -358,7 +358,7 @@ def test_watch_reloads_reports_invalid_once_and_recovers(tmp_path, caplog):
     watch = WebConfigWatch(path, load_web_config(path))
     assert watch.current().headers == (("X-Frame-Options", "deny"),)
 
-    caplog.set_level(logging.INFO, logger="exporter.webconfig")
+    caplog.set_level(logging.INFO, logger="exporter.web.config")
     replace_file(path, "http_server_config:\n  headers:\n    X-Frame-Options: allow\n")
     for _ in range(3):
         with pytest.raises(ConfigError, match="must be one of deny, sameorigin"):

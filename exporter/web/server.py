@@ -29,7 +29,7 @@ from prometheus_client.exposition import choose_encoder
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from exporter.errors import ConfigError, ExporterError
-from exporter.webconfig import (
+from exporter.web.config import (
     BasicAuthUsers,
     RateLimit,
     ReloadingSSLContext,

@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from exporter.errors import ConfigError, ExporterError
-from exporter.web import HANDLER_THREADS, WebLimits, WebRoutes, WebServer
+from exporter.web.server import HANDLER_THREADS, WebLimits, WebRoutes, WebServer
 
 pytestmark = pytest.mark.integration
 
@@ -477,7 +477,7 @@ def test_failing_callback_is_500_and_logged_once(caplog):
     def broken() -> bytes:
         raise RuntimeError("snapshot missing")
 
-    caplog.set_level(logging.ERROR, logger="exporter.web")
+    caplog.set_level(logging.ERROR, logger="exporter.web.server")
     with serving(make_routes(status=broken)) as server:
         assert http_get(server, "/status").status_code == 500
         assert http_get(server, "/status").status_code == 500
@@ -600,7 +600,7 @@ def test_pipelined_requests_are_each_answered_in_order():
 
 
 def test_connections_beyond_the_cap_are_closed_at_accept(caplog):
-    caplog.set_level(logging.WARNING, logger="exporter.web")
+    caplog.set_level(logging.WARNING, logger="exporter.web.server")
     limits = dataclasses.replace(FAST, max_connections=20, request_seconds=30)
     with serving(limits=limits) as server, contextlib.ExitStack() as stack:
         held = [
@@ -771,7 +771,7 @@ def test_tls_settings_changed_at_runtime_apply_to_the_next_connection(tmp_path, 
 
 def test_half_rotated_certificate_keeps_the_old_one(tmp_path, pki, caplog):
     with serving(web_config=tls_config(tmp_path, pki)) as server:
-        caplog.set_level(logging.ERROR, logger="exporter.webconfig")
+        caplog.set_level(logging.ERROR, logger="exporter.web.config")
         shutil.copy(pki.rotated_cert, tmp_path / "server.crt")  # the key is not there yet
         assert presented_certificate(server, pki) == der_of(pki.server_cert)
         assert presented_certificate(server, pki) == der_of(pki.server_cert)

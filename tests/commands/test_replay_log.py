@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
-from exporter.model import LogClass
-from exporter.replaylog import detect_engine, read_lines, replay
+from exporter.commands.replay_log import detect_engine, read_lines, replay
+from exporter.core.model import LogClass
 
-LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "logs"
 _ROW = re.compile(r"^\| `(?P<file>[\w.-]+\.log)` \| (?P<outcome>\w+) \| (?P<reason>[\w-]+) \|$")
 
 

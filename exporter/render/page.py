@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Final
 
 from exporter import __version__
-from exporter.snapshot import Snapshot
+from exporter.core.snapshot import Snapshot
 
 _LINKS: Final = (
     '<a href="metrics">/metrics</a><a href="status">/status</a>'
@@ -26,7 +26,7 @@ _LINKS: Final = (
 @functools.cache
 def page_assets() -> tuple[str, str]:
     """The page's script and stylesheet, exactly as inlined (and hashed)."""
-    static = resources.files("exporter") / "static"
+    static = resources.files("exporter.render") / "static"
     return (static / "page.js").read_text("utf-8"), (static / "page.css").read_text("utf-8")
 
 

@@ -22,8 +22,8 @@ import httpx
 
 from exporter import __version__
 from exporter.config import CompletionProbe, Target, parse_duration
+from exporter.core.model import ProbeOutcome, ProbeResult
 from exporter.errors import ConfigError
-from exporter.model import ProbeOutcome, ProbeResult
 from exporter.sources.probe import Prober
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from exporter.wait import (
+from exporter.commands.wait import (
     EXIT_USAGE,
     StatusClient,
     WaitError,

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from exporter.lifecycle import Thresholds
-from exporter.model import (
+from exporter.commands.replay import read_trace, replay
+from exporter.core.lifecycle import Thresholds
+from exporter.core.model import (
     FailureReason,
     LogClass,
     LogEvent,
@@ -20,7 +21,6 @@ from exporter.model import (
     ProbeResult,
     ProcessSample,
 )
-from exporter.replay import read_trace, replay
 from exporter.trace import (
     observation_from_json,
     observation_to_json,

@@ -1,0 +1,1 @@
+"""Subcommands other than ``run``: each module exposes ``configure_parser`` and ``run``."""

@@ -1,0 +1,5 @@
+"""The pure core: typed readings in, lifecycle state and snapshots out.
+
+Nothing under this package does I/O or reads a clock: time is passed in. The shell
+(``exporter.daemon``) feeds it and publishes what it returns.
+"""
