@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from exporter.core.model import Phase
 from exporter.engines import ENGINES
+from exporter.engines.profile import LogPatterns
 from exporter.errors import ConfigError, ConfigErrors
 
 DEFAULT_INTERVAL_SECONDS: Final = 1.0
@@ -58,15 +59,6 @@ class StallThresholds:
             Phase.LOADING: self.loading,
             Phase.INITIALIZING: self.initializing,
         }.get(phase)
-
-
-@dataclass(frozen=True, slots=True)
-class LogPatterns:
-    """User additions to an engine's log profile (regular expressions)."""
-
-    benign: tuple[str, ...] = ()
-    fatal: tuple[str, ...] = ()
-    markers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

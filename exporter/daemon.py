@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -25,33 +25,44 @@ from exporter.core.lifecycle import (
     Thresholds,
     initial_state,
     learned_stall_seconds,
-    step,
+    resume,
+    saved_start,
 )
 from exporter.core.model import (
     STARTUP_PHASES,
+    DiskSample,
     GpuReading,
-    LogEvent,
+    MemoryPressure,
     Observation,
     Phase,
     ProbeResult,
+    ProcessSample,
+    RawLogLine,
     SourceStatus,
+)
+from exporter.core.observe import (
+    HostReadings,
+    TargetReadings,
+    TargetWorld,
+    advance,
+    attribute_gpu_memory,
+    observe,
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.engines import ENGINES
 from exporter.errors import ConfigError, ConfigErrors
 from exporter.history import History
 from exporter.sdnotify import Notifier
-from exporter.sources import SourceHealth, SourceResult, run_source
+from exporter.sources import Source, SourceCall, SourceHealth, SourceResult, SourceRunner
 from exporter.sources.disk import DiskSource
-from exporter.sources.gpu import GpuSource, attribute_gpu_memory, visible_gpu_pids
+from exporter.sources.gpu import GpuSource
 from exporter.sources.logs import LogSource, make_log_source
+from exporter.sources.pressure import MemoryPressureSource
 from exporter.sources.probe import Prober
 from exporter.sources.process import ProcessSource
 
 log = logging.getLogger(__name__)
 T_ = TypeVar("T_")
-#: Log lines classified per target per tick; a backlog drains over the next ticks.
-LOG_LINES_PER_TICK: Final = 1000
 #: Finished cold starts shown per target (the page draws the previous one under this one).
 RECENT_STARTS_SHOWN: Final = 2
 _WEIGHT_SUFFIXES: Final = (".safetensors", ".gguf", ".bin", ".pt", ".pth", ".engine")
@@ -59,27 +70,27 @@ _WEIGHT_SUFFIXES: Final = (".safetensors", ".gguf", ".bin", ".pt", ".pth", ".eng
 
 @dataclass
 class _Watched:
-    """Per-target sources and state, owned by the loop thread."""
+    """Per-target sources and core-side memory, owned by the loop thread."""
 
     target: Target
     process: ProcessSource
     prober: Prober
     logs: LogSource | None
-    classifier: LogClassifier
+    world: TargetWorld
     thresholds: Thresholds
     typical_start_seconds: float | None
     recent_starts: tuple[ColdStart, ...]
-    state: TargetState
     next_completion_at: float = 0.0
     completion: Future[ProbeResult] | None = None
     last_phase: Phase | None = None
     last_stalled: bool = False
 
-
-@dataclass
-class _SampledTarget:
-    obs: Observation
-    statuses: list[SourceStatus] = field(default_factory=list)
+    def sources(self) -> list[Source[object]]:
+        """The target's tick sources, in the order their results are read."""
+        found: list[Source[object]] = [self.process, self.prober]
+        if self.logs is not None:
+            found.append(self.logs)
+        return found
 
 
 def weights_size(model_path: str | None) -> int | None:
@@ -129,36 +140,37 @@ class Daemon:
         self._on_step = on_step
         self._health = SourceHealth()
         self._errors: dict[str, int] = {}
-        self._disk = DiskSource([t.model_path for t in settings.targets if t.model_path])
         self._gpu = (
             GpuSource(library_dir=settings.nvml_library_dir, child_env=gpu_env)
             if settings.nvml
             else None
         )
+        self._host_sources: list[Source[object]] = [
+            DiskSource([t.model_path for t in settings.targets if t.model_path]),
+            MemoryPressureSource(),
+        ]
+        if self._gpu is not None:
+            self._host_sources.append(self._gpu)
         self._gpu_reading = GpuReading(gpus=())
         self._watched = [self._watch(t) for t in settings.targets]
         self._completions = ThreadPoolExecutor(max_workers=2, thread_name_prefix="completion")
-        self._pool = ThreadPoolExecutor(
-            max_workers=max(2, min(16, len(self._watched) + 1)), thread_name_prefix="sample"
-        )
+        self._runner = SourceRunner(max(2, min(16, len(self._watched) + 1)))
         self._ticks = 0
         self._history_errors = 0
 
     def _watch(self, target: Target) -> _Watched:
-        engine = ENGINES[target.engine]
-        classifier = LogClassifier(engine.log, target.log_patterns)
-        logs = make_log_source(target, classifier, self.settings.state_directory)
-        state = self.history.restore(target.name) or initial_state(target.name)
+        saved = self.history.saved_start(target.name)
+        state = resume(saved) if saved is not None else initial_state(target.name)
+        classifier = LogClassifier(ENGINES[target.engine].log, target.log_patterns)
         return _Watched(
             target=target,
             process=ProcessSource(target),
             prober=Prober(target),
-            logs=logs,
-            classifier=classifier,
+            logs=make_log_source(target, self.settings.state_directory),
+            world=TargetWorld(state, classifier),
             thresholds=self._thresholds(target),
             typical_start_seconds=self.history.expectations(target.name).typical_duration_seconds,
             recent_starts=tuple(self.history.starts(target.name, RECENT_STARTS_SHOWN)),
-            state=state,
         )
 
     def _thresholds(self, target: Target) -> Thresholds:
@@ -177,36 +189,36 @@ class Daemon:
     # --- one tick ---------------------------------------------------------------------------
 
     def tick(self) -> Snapshot:
-        """Sample everything once, step every target, publish and return the snapshot."""
+        """Sample every source once, observe and step every target, publish the snapshot."""
         started = time.perf_counter()
-        if self._gpu is not None:
-            self._gpu.prefetch()  # NVML works in its child while we sample the rest
-        futures = [self._pool.submit(self._sample_target, w) for w in self._watched]
-        statuses: list[SourceStatus] = []
-        disk = self._record(run_source("disk", self._disk.sample), statuses)
-        gpu_pids_by_target: dict[str, tuple[int, ...]] = {}
-        sampled = [f.result() for f in futures]
-        for w, s in zip(self._watched, sampled, strict=True):
-            statuses.extend(s.statuses)
-            if s.obs.process is not None:
-                gpu_pids_by_target[w.target.name] = s.obs.process.pids
-        gpu = self._sample_gpus(statuses)
+        completions = [self._collect_completion(w) for w in self._watched]
+        calls = [SourceCall(s) for s in self._host_sources] + [
+            SourceCall(s, w.target.name) for w in self._watched for s in w.sources()
+        ]
+        results = self._runner.run(calls, time.monotonic() + self.settings.interval_seconds)
+        by_source = {id(c.source): r for c, r in zip(calls, results, strict=True)}
+        statuses = [r.status for r in results]
+        host = self._host_readings(by_source)
+        readings = [
+            _target_readings(w, by_source, done)
+            for w, done in zip(self._watched, completions, strict=True)
+        ]
         attribution = attribute_gpu_memory(
-            gpu, gpu_pids_by_target, visible_pids=visible_gpu_pids(gpu)
+            host.gpu,
+            {
+                w.target.name: r.process.pids
+                for w, r in zip(self._watched, readings, strict=True)
+                if r.process is not None
+            },
         )
         now = self._clock()
         targets = []
-        for w, s in zip(self._watched, sampled, strict=True):
-            per_gpu = attribution.per_target.get(w.target.name, {})
-            if w.target.gpus is not None:
-                per_gpu = {i: b for i, b in per_gpu.items() if i in w.target.gpus}
-            obs = replace(
-                s.obs,
-                at=now,
-                disk_read_bytes=disk.read_bytes if disk else None,
-                gpu_memory_bytes=sum(per_gpu.values()) if gpu.gpus else None,
+        for w, r in zip(self._watched, readings, strict=True):
+            seen = observe(
+                w.target.name, w.world, r, host, attribution, gpus=w.target.gpus, now=now
             )
-            targets.append(self._advance(w, obs, now, tuple(sorted(per_gpu.items()))))
+            targets.append(self._advance(w, seen.observation, now, seen.gpu_memory_bytes))
+            self._schedule_completion(w, now)
         statuses.append(self._history_status())
         for st in statuses:
             self._health.record(st)
@@ -215,11 +227,12 @@ class Daemon:
         snap = Snapshot(
             taken_at=now,
             targets=tuple(targets),
-            gpus=gpu.gpus,
-            gpu_stale=gpu.stale,
+            gpus=host.gpu.gpus,
+            gpu_stale=host.gpu.stale,
             foreign_gpu_memory_bytes=tuple(sorted(attribution.foreign.items())),
             unattributed_gpu_processes=attribution.unattributed_pids,
-            disk=disk,
+            disk=host.disk,
+            memory_pressure=host.memory_pressure,
             sources=tuple(statuses),
             source_errors=tuple(sorted(self._errors.items())),
             tick_duration_seconds=time.perf_counter() - started,
@@ -229,9 +242,19 @@ class Daemon:
         self._ticks += 1
         return snap
 
-    def _record(self, result: SourceResult[T_], statuses: list[SourceStatus]) -> T_ | None:
-        statuses.append(result.status)
-        return result.value
+    def _host_readings(self, by_source: Mapping[int, SourceResult[object]]) -> HostReadings:
+        values = {s.name: by_source[id(s)].value for s in self._host_sources if id(s) in by_source}
+        if self._gpu is not None:
+            gpu = values.get(self._gpu.name)
+            if isinstance(gpu, GpuReading):
+                self._gpu_reading = gpu
+            elif self._gpu_reading.gpus:  # keep the last reading, marked as old
+                self._gpu_reading = replace(self._gpu_reading, stale=True)
+        return HostReadings(
+            gpu=self._gpu_reading,
+            disk=_as(values.get("disk"), DiskSample),
+            memory_pressure=_as(values.get("memory_pressure"), MemoryPressure),
+        )
 
     def _history_status(self) -> SourceStatus:
         """The history store as a source: down when in memory or when writes fail."""
@@ -240,50 +263,16 @@ class Daemon:
         error = "in_memory" if self.history.in_memory else ("write_failed" if failed else None)
         return SourceStatus("history", not failed, 0.0, error)
 
-    def _sample_gpus(self, statuses: list[SourceStatus]) -> GpuReading:
-        if self._gpu is None:
-            return GpuReading(gpus=())
-        result = run_source("nvml", self._gpu.sample)
-        statuses.append(result.status)
-        if result.value is not None:
-            self._gpu_reading = result.value
-        elif self._gpu_reading.gpus:
-            self._gpu_reading = replace(self._gpu_reading, stale=True)
-        return self._gpu_reading
-
-    def _sample_target(self, w: _Watched) -> _SampledTarget:
-        """Process, logs and probes of one target (runs in the pool, one thread per target)."""
-        name, statuses = w.target.name, []
-        proc = run_source("process", w.process.sample, target=name)
-        statuses.append(proc.status)
-        events: tuple[LogEvent, ...] = ()
-        if (log_source := w.logs) is not None:
-            logs = run_source("logs", lambda: log_source.read(LOG_LINES_PER_TICK), target=name)
-            statuses.append(logs.status)
-            events = logs.value or ()
-        health = run_source("probe", w.prober.probe_health, target=name)
-        statuses.append(health.status)
-        completion = self._collect_completion(w)
-        now = self._clock()
+    def _schedule_completion(self, w: _Watched, now: float) -> None:
+        """Start a completion probe when one is due; it runs beside the loop, never in a tick."""
         if (
             w.target.completion
-            and w.state.ready
+            and w.world.state.ready
             and now >= w.next_completion_at
             and w.completion is None
         ):
-            # A real completion can take seconds: it runs beside the loop, never in a tick.
             w.completion = self._completions.submit(w.prober.probe_completion)
             w.next_completion_at = now + w.target.completion.interval_seconds
-        obs = Observation(
-            target=name,
-            at=now,
-            process=proc.value,
-            process_error=None if proc.status.up else proc.status.error,
-            health=health.value,
-            completion=completion,
-            log_events=events,
-        )
-        return _SampledTarget(obs, statuses)
 
     @staticmethod
     def _collect_completion(w: _Watched) -> ProbeResult | None:
@@ -298,35 +287,37 @@ class Daemon:
     ) -> TargetSnapshot:
         if self._on_step is not None:
             self._on_step(obs, now, w.thresholds)
-        before = (w.state.pid, w.state.create_time)
-        w.state = step(w.state, obs, now, w.thresholds)
-        if before != (w.state.pid, w.state.create_time) and before[0] is not None:
-            w.classifier.reset()  # a new process: its log starts a new story
+        w.world = advance(w.world, obs, now, w.thresholds)
+        state = w.world.state
         self._log_edges(w)
-        if w.state.finished_start is not None:
+        if state.finished_start is not None:
             self.history.record(
-                w.target.name, w.target.engine, w.target.model, w.state.finished_start
+                w.target.name, w.target.engine, w.target.model, state.finished_start
             )
             w.thresholds = self._thresholds(w.target)
             w.typical_start_seconds = self.history.expectations(
                 w.target.name
             ).typical_duration_seconds
             w.recent_starts = tuple(self.history.starts(w.target.name, RECENT_STARTS_SHOWN))
-        if w.state.phase is not w.last_phase or w.state.phase in STARTUP_PHASES:
-            self.history.save_progress(w.state)
-        w.last_phase, w.last_stalled = w.state.phase, w.state.stalled
+        if state.phase is not w.last_phase or state.phase in STARTUP_PHASES:
+            self._save_progress(w)
+        w.last_phase, w.last_stalled = state.phase, state.stalled
         info = TargetInfo(w.target.name, w.target.engine, w.target.deployment, w.target.model)
         return TargetSnapshot(
             info=info,
-            state=w.state,
+            state=state,
             process=obs.process,
             gpu_memory_bytes=per_gpu,
             typical_start_seconds=w.typical_start_seconds,
             recent_starts=w.recent_starts,
         )
 
+    def _save_progress(self, w: _Watched) -> None:
+        if (saved := saved_start(w.world.state)) is not None:
+            self.history.save_progress(saved)
+
     def _log_edges(self, w: _Watched) -> None:
-        s = w.state
+        s = w.world.state
         if w.last_phase is not None and s.phase is not w.last_phase:
             elapsed = now_minus(s.phase_since, s.create_time)
             level = logging.WARNING if s.phase in (Phase.FAILED, Phase.DEGRADED) else logging.INFO
@@ -421,7 +412,7 @@ class Daemon:
         kept = {w.target.name for w in watched}
         for name, w in old.items():
             if name not in kept or w not in watched:
-                w.prober.close()
+                self._close_sources(w.sources())
         self._watched, self.settings = watched, settings
         log.info(
             "config reloaded targets=%s interval_s=%g",
@@ -435,21 +426,54 @@ class Daemon:
             return old
         fresh = self._watch(target)
         if old is not None:
-            fresh.state = old.state
+            fresh.world = TargetWorld(old.world.state, fresh.world.classifier)
         return fresh
+
+    def _close_sources(self, sources: list[Source[object]]) -> None:
+        for source in sources:
+            self._runner.forget(source)
+            try:
+                source.close()
+            except Exception:  # closing is best effort; one bad close must not stop the rest
+                log.debug("closing a source failed source=%s", source.name, exc_info=True)
 
     def close(self) -> None:
         """Stop helpers and release resources."""
         self.notifier.notify("STOPPING=1")
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._runner.close()
         self._completions.shutdown(wait=True, cancel_futures=True)
         for w in self._watched:
-            w.prober.close()
-            self.history.save_progress(w.state)
-        if self._gpu is not None:
-            self._gpu.close()
+            self._close_sources(w.sources())
+            self._save_progress(w)
+        self._close_sources(self._host_sources)
         self.history.close()
         self.notifier.close()
+
+
+def _as(value: object, kind: type[T_]) -> T_ | None:
+    """A source's value when it is of the expected type; None when the source failed."""
+    return value if isinstance(value, kind) else None
+
+
+def _target_readings(
+    w: _Watched, by_source: Mapping[int, SourceResult[object]], completion: ProbeResult | None
+) -> TargetReadings:
+    """One target's results of this tick as its typed readings."""
+    process = by_source[id(w.process)]
+    lines = by_source[id(w.logs)].value if w.logs is not None else None
+    return TargetReadings(
+        process=_as(process.value, ProcessSample),
+        process_error=None if process.status.up else process.status.error,
+        log_lines=_raw_lines(lines),
+        health=_as(by_source[id(w.prober)].value, ProbeResult),
+        completion=completion,
+    )
+
+
+def _raw_lines(value: object) -> tuple[RawLogLine, ...]:
+    if not isinstance(value, tuple):
+        return ()
+    return tuple(line for line in value if isinstance(line, RawLogLine))
 
 
 def now_minus(since: float | None, start: float | None) -> float:

@@ -14,10 +14,10 @@ import os
 import sqlite3
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-from exporter.core.lifecycle import ColdStart, TargetState, initial_state
+from exporter.core.lifecycle import ColdStart, SavedStart
 from exporter.core.model import STARTUP_PHASES, Phase
 
 log = logging.getLogger(__name__)
@@ -161,33 +161,27 @@ class History:
             starts=len(good),
         )
 
-    def save_progress(self, state: TargetState) -> None:
-        """Remember the cold start in progress, so a restarted exporter keeps its phase."""
-        if state.pid is None or state.create_time is None:
-            return
-        if state.phase not in STARTUP_PHASES:
-            self._write("DELETE FROM in_progress WHERE target=?", (state.target,))
+    def save_progress(self, saved: SavedStart) -> None:
+        """Remember a cold start in progress, or forget it once it finished."""
+        if not saved.in_progress:
+            self._write("DELETE FROM in_progress WHERE target=?", (saved.target,))
             return
         self._write(
             "INSERT OR REPLACE INTO in_progress VALUES (?,?,?,?,?,?,?,?)",
             (
-                state.target,
-                state.pid,
-                state.create_time,
-                state.phase.value,
-                state.phase_since,
-                _dump(state.phase_seconds),
-                state.progress_ratio,
+                saved.target,
+                saved.pid,
+                saved.create_time,
+                saved.phase.value,
+                saved.phase_since,
+                _dump(saved.phase_seconds),
+                saved.progress_ratio,
                 time.time(),
             ),
         )
 
-    def restore(self, target: str) -> TargetState | None:
-        """The saved in-progress start of a target, as a state the core continues from.
-
-        The caller's first observation decides whether it still applies: a different pid or
-        create_time starts a new cold start as usual.
-        """
+    def saved_start(self, target: str) -> SavedStart | None:
+        """The saved in-progress start of a target, if any (``lifecycle.resume`` continues it)."""
         rows = self._read(
             "SELECT pid, create_time, phase, phase_since, phase_seconds, progress_ratio "
             "FROM in_progress WHERE target=?",
@@ -195,24 +189,19 @@ class History:
         )
         if not rows:
             return None
-        row = rows[0]
+        pid, create_time, phase, phase_since, phase_seconds, progress_ratio = rows[0]
         try:
-            phase = Phase(row[2])
+            return SavedStart(
+                target,
+                pid,
+                create_time,
+                Phase(phase),
+                phase_since,
+                _load(phase_seconds),
+                progress_ratio,
+            )
         except ValueError:
             return None
-        return replace(
-            initial_state(target),
-            pid=row[0],
-            create_time=row[1],
-            phase=phase,
-            phase_since=row[3],
-            phase_seconds=_load(row[4]),
-            progress_ratio=row[5],
-            observed_startup=True,
-            started_at=row[1],
-            last_progress_at=row[3],
-            reason="restored after exporter restart",
-        )
 
     def close(self) -> None:
         """Close the database."""

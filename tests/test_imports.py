@@ -78,6 +78,17 @@ def test_each_io_library_lives_in_its_one_module(library, owners):
     assert importers_of(library) <= owners
 
 
+def test_the_core_imports_only_the_core_and_the_engine_profiles():
+    core = [m for m in MODULES if m.startswith("exporter.core")]
+    bad = {
+        (m, i)
+        for m in core
+        for i in imports_of(MODULES[m])
+        if i.split(".")[0] not in STDLIB and not i.startswith(("exporter.core", "exporter.engines"))
+    }
+    assert core and not bad, f"the core does I/O through {sorted(bad)}"
+
+
 def test_only_the_shell_imports_sources():
     users = {m for m in importers_of("exporter.sources") if not m.startswith("exporter.sources")}
     assert users <= {

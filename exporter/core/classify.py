@@ -12,9 +12,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Final
 
-from exporter.config import LogPatterns
 from exporter.core.model import FailureReason, LogClass, LogEvent
-from exporter.engines.profile import LogPattern, LogProfile
+from exporter.engines.profile import LogPattern, LogPatterns, LogProfile
 
 #: Longest text an event carries; a longer line is cut (engines print megabyte-long args).
 MAX_LINE_CHARS: Final = 8192

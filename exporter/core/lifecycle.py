@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Final, TypeVar
 
 from exporter.core.model import (
@@ -260,6 +260,50 @@ class TargetState:
 def initial_state(target: str) -> TargetState:
     """The state of a target before its first observation."""
     return TargetState(target=target)
+
+
+@dataclass(frozen=True, slots=True)
+class SavedStart:
+    """What history keeps of a cold start in progress, so a restarted exporter resumes it."""
+
+    target: str
+    pid: int
+    create_time: float
+    phase: Phase
+    phase_since: float | None
+    phase_seconds: tuple[tuple[Phase, float], ...]
+    progress_ratio: float | None
+
+    @property
+    def in_progress(self) -> bool:
+        """The start had not finished: worth keeping across an exporter restart."""
+        return self.phase in STARTUP_PHASES
+
+
+def saved_start(state: TargetState) -> SavedStart | None:
+    """The record to keep of a state; None before any process was seen."""
+    if state.pid is None or state.create_time is None:
+        return None
+    return SavedStart(**{name: getattr(state, name) for name in _SAVED_FIELDS})
+
+
+def resume(saved: SavedStart) -> TargetState:
+    """The state to continue a saved start from.
+
+    The first observation decides whether it still applies: a different pid or create_time
+    starts a new cold start as usual.
+    """
+    return TargetState(
+        **{name: getattr(saved, name) for name in _SAVED_FIELDS},
+        observed_startup=True,
+        started_at=saved.create_time,
+        last_progress_at=saved.phase_since,
+        reason="restored after exporter restart",
+    )
+
+
+#: The fields a saved start shares with the state it was taken from.
+_SAVED_FIELDS: Final = tuple(f.name for f in fields(SavedStart))
 
 
 # --- evidence -------------------------------------------------------------------------------

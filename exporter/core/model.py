@@ -163,6 +163,9 @@ class GpuProcess:
     gpu_index: int
     pid: int
     used_memory_bytes: int | None
+    #: The pid exists in our PID namespace (False: a process we cannot see); a fact about
+    #: where we look from, not about the record, so equality ignores it.
+    visible: bool = field(default=True, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +175,38 @@ class GpuReading:
     gpus: tuple[GpuSample, ...]
     processes: tuple[GpuProcess, ...] = ()
     stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RawLogLine:
+    """One engine log line as its source read it: secrets redacted, not yet classified.
+
+    Attributes:
+        text: the line as written (ANSI codes and carriage-return redraws kept), redacted.
+        at: when it was read, or journald's timestamp; Unix epoch seconds.
+        line_no: 1-based line number in its file, when known.
+    """
+
+    text: str
+    at: float
+    line_no: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPressure:
+    """The host's memory pressure (Linux PSI, ``/proc/pressure/memory``).
+
+    Attributes:
+        some_ratio: share of the last 10 s in which at least one task stalled on memory.
+        full_ratio: share of the last 10 s in which every non-idle task stalled on memory.
+        some_seconds: total time at least one task stalled, since boot.
+        full_seconds: total time every non-idle task stalled, since boot.
+    """
+
+    some_ratio: float
+    full_ratio: float
+    some_seconds: float
+    full_seconds: float
 
 
 @dataclass(frozen=True, slots=True)

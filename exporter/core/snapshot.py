@@ -9,7 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exporter.core.lifecycle import ColdStart, TargetState
-from exporter.core.model import DiskSample, GpuSample, ProcessSample, SourceStatus
+from exporter.core.model import (
+    DiskSample,
+    GpuSample,
+    MemoryPressure,
+    ProcessSample,
+    SourceStatus,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,7 @@ class Snapshot:
         foreign_gpu_memory_bytes: per GPU index, memory held by processes of no target.
         unattributed_gpu_processes: GPU processes whose pid is outside our PID namespace.
         disk: cumulative host disk reads (whole disks).
+        memory_pressure: the host's memory pressure (PSI), None where unavailable.
         sources: how each source call of this tick went.
         source_errors: per source, failed calls since start.
         tick_duration_seconds: how long sampling took.
@@ -66,6 +73,7 @@ class Snapshot:
     foreign_gpu_memory_bytes: tuple[tuple[int, int], ...] = ()
     unattributed_gpu_processes: int = 0
     disk: DiskSample | None = None
+    memory_pressure: MemoryPressure | None = None
     sources: tuple[SourceStatus, ...] = ()
     source_errors: tuple[tuple[str, int], ...] = ()
     tick_duration_seconds: float = 0.0

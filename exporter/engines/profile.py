@@ -75,6 +75,15 @@ def wrapper(regex: str) -> LogPattern:
 
 
 @dataclass(frozen=True, slots=True)
+class LogPatterns:
+    """User additions to an engine's log profile (regular expressions from the config)."""
+
+    benign: tuple[str, ...] = ()
+    fatal: tuple[str, ...] = ()
+    markers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class LogProfile:
     """An engine's markers, fatal patterns and benign noise, checked fatal, benign, marker.
 

@@ -1,22 +1,69 @@
-"""Sources do I/O and nothing else: each returns plain typed data and never raises.
+"""Sources do I/O and nothing else: each returns a plain typed reading.
 
-``run_source`` wraps a sampling call the way node_exporter's ``execute()`` wraps a collector:
-it times the call, turns any exception into a failed ``SourceStatus`` and logs only edges.
+Every source keeps one contract (``Source``): a name (its ``source`` label), a scope (the
+host, or one target) and ``sample(deadline)``. ``run_source`` wraps one call the way
+node_exporter's ``execute()`` wraps a collector: it times it, turns any exception into a
+failed ``SourceStatus`` and logs only edges. ``SourceRunner`` runs a tick's calls side by
+side under one deadline that the loop enforces, so a source that blocks is reported and
+the others still count.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 from exporter.core.model import SourceStatus
 from exporter.errors import SourceError
 
 T = TypeVar("T")
+R_co = TypeVar("R_co", covariant=True)
 log = logging.getLogger(__name__)
+
+#: Bounded reason of a call that did not return within the tick's deadline.
+DEADLINE_EXCEEDED: Final = "deadline_exceeded"
+#: Bounded reason of a source skipped because its previous call has not returned yet.
+STILL_RUNNING: Final = "still_running"
+
+
+class Scope(enum.StrEnum):
+    """What a source reads about: the whole host, or one target."""
+
+    HOST = "host"
+    TARGET = "target"
+
+
+class Source(Protocol[R_co]):
+    """What the loop samples once a tick.
+
+    ``sample`` returns a plain typed reading (``exporter.core.model``) or raises; it should
+    return by ``deadline`` (a ``time.monotonic()`` value). The loop enforces the deadline
+    anyway: a call still running then is reported as failed and not started again until it
+    returns.
+    """
+
+    @property
+    def name(self) -> str:
+        """The ``source`` label value, e.g. ``process`` or ``nvml``."""
+        ...
+
+    @property
+    def scope(self) -> Scope:
+        """Host-wide, or about one target."""
+        ...
+
+    def sample(self, deadline: float) -> R_co:
+        """One reading; raises ``SourceError`` (or anything) when the source is unusable."""
+        ...
+
+    def close(self) -> None:
+        """Release files, sockets and child processes."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +116,66 @@ def run_source(
         reason = type(exc).__name__
         return SourceResult(None, SourceStatus(name, False, clock() - started, reason, target))
     return SourceResult(value, SourceStatus(name, True, clock() - started, None, target))
+
+
+@dataclass(frozen=True, slots=True)
+class SourceCall:
+    """One source to sample this tick, for one target or (``target=None``) the host."""
+
+    source: Source[object]
+    target: str | None = None
+
+
+class SourceRunner:
+    """Samples a tick's sources side by side in a thread pool under one deadline.
+
+    A call that outlives the deadline keeps its worker thread (Python cannot stop it) but
+    not the tick: it is reported as ``deadline_exceeded``, then ``still_running`` on later
+    ticks until it returns, and is not started again meanwhile, so one stuck source costs
+    one thread, never the loop. What it returns at last is the next tick's reading (a log
+    source's lines are not lost).
+    """
+
+    def __init__(self, max_workers: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="sample")
+        self._clock = clock
+        self._running: dict[int, Future[SourceResult[object]]] = {}
+
+    def run(self, calls: Sequence[SourceCall], deadline: float) -> list[SourceResult[object]]:
+        """Results in the order of ``calls``; every call gets one, by ``deadline``."""
+        futures: list[Future[SourceResult[object]] | None] = [
+            self._start(call, deadline) for call in calls
+        ]
+        pending = [f for f in futures if f is not None]
+        wait(pending, timeout=max(0.0, deadline - self._clock()))
+        return [self._result(call, f) for call, f in zip(calls, futures, strict=True)]
+
+    def _start(self, call: SourceCall, deadline: float) -> Future[SourceResult[object]] | None:
+        key = id(call.source)
+        if key in self._running:  # a late call: its reading, when done, is this tick's
+            late = self._running[key]
+            return late if late.done() else None
+        source = call.source
+        future = self._pool.submit(
+            run_source, source.name, lambda: source.sample(deadline), target=call.target
+        )
+        self._running[key] = future
+        return future
+
+    def _result(
+        self, call: SourceCall, future: Future[SourceResult[object]] | None
+    ) -> SourceResult[object]:
+        if future is not None and future.done():
+            self._running.pop(id(call.source), None)
+            return future.result()
+        reason = STILL_RUNNING if future is None else DEADLINE_EXCEEDED
+        status = SourceStatus(call.source.name, False, 0.0, reason, call.target)
+        return SourceResult(None, status)
+
+    def forget(self, source: Source[object]) -> None:
+        """Drop what is known of a source that is closed (a target removed on reload)."""
+        self._running.pop(id(source), None)
+
+    def close(self) -> None:
+        """Stop the pool; calls still running are abandoned, not waited for."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

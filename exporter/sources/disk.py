@@ -16,6 +16,7 @@ from typing import Final
 
 from exporter.core.model import DiskSample
 from exporter.errors import SourceError
+from exporter.sources import Scope
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,9 @@ class DiskSource:
         sys_root: where sysfs is mounted; tests point it at a built tree.
     """
 
+    name: Final = "disk"
+    scope: Final = Scope.HOST
+
     def __init__(self, paths: Sequence[str] = (), *, sys_root: str = SYS_ROOT) -> None:
         self._paths = (paths,) if isinstance(paths, str) else tuple(paths)
         self._sys = sys_root
@@ -134,8 +138,8 @@ class DiskSource:
         self._only: frozenset[str] | None = None
         self._resolved = not self._paths
 
-    def sample(self) -> DiskSample:
-        """Cumulative bytes read from the chosen whole disks since boot.
+    def sample(self, deadline: float | None = None) -> DiskSample:
+        """Cumulative bytes read from the chosen whole disks since boot (one file read).
 
         Raises:
             SourceError: /proc/diskstats is missing ("not_visible", e.g. ``ProcSubset=pid``)
@@ -149,6 +153,9 @@ class DiskSource:
             self._only = self._resolve()
             self._resolved = True
         return sum_whole_disks(stats, self._kinds, self._only)
+
+    def close(self) -> None:
+        """Nothing to release: each sample opens and closes /proc/diskstats."""
 
     def _resolve(self) -> frozenset[str] | None:
         disks: set[str] = set()

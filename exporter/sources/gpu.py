@@ -1,7 +1,8 @@
 """GPU source: NVML sampled in a supervised child (``nvml_worker``) with deadline and backoff.
 
 Never calls NVML in-process: a segfault or a call stuck in the driver must not take the daemon
-down. Also the pure attribution of GPU memory to targets (no I/O: visibility is passed in).
+down. Each process record says whether its pid is visible in our PID namespace, so the join of
+GPU memory to targets (``exporter.core.observe.attribute_gpu_memory``) needs no I/O.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Container, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from exporter.core.model import GpuProcess, GpuReading, GpuSample
 from exporter.errors import SourceError
+from exporter.sources import Scope
 
 log = logging.getLogger(__name__)
 
@@ -66,60 +68,6 @@ _HINTS: Final[dict[NvmlReason, str]] = {
     NvmlReason.TIMEOUT: "an NVML call hung (driver stuck?): the child is killed and restarted",
     NvmlReason.CRASHED: "the NVML child died (NVML segfault?): it is restarted with backoff",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class GpuAttribution:
-    """GPU memory split between targets, processes of no target, and pids we cannot see.
-
-    Attributes:
-        per_target: target -> GPU index -> bytes held by the target's processes.
-        foreign: GPU index -> bytes held by visible processes of no target.
-        unattributed_pids: distinct pids NVML lists that are not in our PID namespace.
-        unattributed: GPU index -> bytes held by those pids (owner unknown, not foreign).
-    """
-
-    per_target: dict[str, dict[int, int]]
-    foreign: dict[int, int]
-    unattributed_pids: int
-    unattributed: dict[int, int] = field(default_factory=dict)
-
-
-def attribute_gpu_memory(
-    reading: GpuReading,
-    target_pids: Mapping[str, Collection[int]],
-    *,
-    visible_pids: Container[int] | None = None,
-) -> GpuAttribution:
-    """Join NVML's per-process memory to the targets' process trees.
-
-    Args:
-        reading: one GPU sample.
-        target_pids: target name -> every pid of its process tree.
-        visible_pids: pids present in our ``/proc`` (``visible_gpu_pids``); None: all are.
-    """
-    owner = {pid: target for target, pids in target_pids.items() for pid in pids}
-    per_target: dict[str, dict[int, int]] = {target: {} for target in target_pids}
-    foreign: dict[int, int] = {}
-    unattributed: dict[int, int] = {}
-    hidden: set[int] = set()
-    for proc in reading.processes:
-        target = owner.get(proc.pid)
-        if target is not None:
-            bucket = per_target[target]
-        elif visible_pids is None or proc.pid in visible_pids:
-            bucket = foreign
-        else:
-            hidden.add(proc.pid)
-            bucket = unattributed
-        if proc.used_memory_bytes is not None:
-            bucket[proc.gpu_index] = bucket.get(proc.gpu_index, 0) + proc.used_memory_bytes
-    return GpuAttribution(per_target, foreign, len(hidden), unattributed)
-
-
-def visible_gpu_pids(reading: GpuReading, proc_root: str = "/proc") -> frozenset[int]:
-    """The pids of ``reading`` that exist in our PID namespace (the I/O half of attribution)."""
-    return frozenset(p.pid for p in reading.processes if os.path.exists(f"{proc_root}/{p.pid}"))
 
 
 class _WorkerGone(Exception):
@@ -187,6 +135,13 @@ class _Worker:
         return "exit=unknown" if code is None else f"exit={code}"
 
 
+def _with_visibility(
+    processes: tuple[GpuProcess, ...], proc_root: str = "/proc"
+) -> tuple[GpuProcess, ...]:
+    """Each process marked visible or not in our PID namespace (a pid we have in /proc)."""
+    return tuple(replace(p, visible=os.path.exists(f"{proc_root}/{p.pid}")) for p in processes)
+
+
 def _read_pid_max(path: str = "/proc/sys/kernel/pid_max") -> int:
     try:
         with open(path, encoding="ascii") as handle:
@@ -245,6 +200,7 @@ class GpuSource:
     """
 
     name: Final = "nvml"
+    scope: Final = Scope.HOST
 
     def __init__(
         self,
@@ -258,7 +214,7 @@ class GpuSource:
         child_env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Prepare the source; the child starts on the first ``sample()`` or ``prefetch()``.
+        """Prepare the source; the child starts on the first ``sample()``.
 
         Args:
             library_dir: put first on the child's LD_LIBRARY_PATH (a simulated NVML); None:
@@ -291,13 +247,19 @@ class GpuSource:
         self._warned: set[str] = set()
         self._process_api: str | None = None
 
-    def sample(self) -> GpuReading:
+    def sample(self, deadline: float | None = None) -> GpuReading:
         """One reading of every GPU and its compute processes.
+
+        Args:
+            deadline: ``time.monotonic()`` value to answer by; the call timeout bounds it.
 
         Raises:
             SourceError: NVML is unusable now; ``reason`` is an ``NvmlReason`` value.
         """
-        deadline = self._clock() + self._call_timeout
+        deadline = min(
+            self._clock() + self._call_timeout,
+            float("inf") if deadline is None else deadline,
+        )
         self._reap_dying()
         was_ready = self._ready
         worker = self._ready_worker(deadline)
@@ -313,17 +275,6 @@ class GpuSource:
             self._fail(NvmlReason.TIMEOUT, f"no answer within {self._call_timeout:g}s")
         self._in_flight = False
         return self._accept(self._decode(line))
-
-    def prefetch(self) -> None:
-        """Ask a ready child for the next reading now, so ``sample()`` only collects it.
-
-        Call it at the start of a tick; the reading is then as of this call. Never raises.
-        """
-        if self._worker is not None and self._ready:
-            try:
-                self._request(self._worker)
-            except _WorkerGone:
-                return  # sample() finds the dead child and reports it
 
     def _request(self, worker: _Worker) -> None:
         """Send a request unless one is already in flight."""
@@ -412,7 +363,7 @@ class GpuSource:
             self._fail(reason, f"nvmlDeviceGetCount code={code}")
         try:
             gpus = tuple(_gpu_sample(raw) for raw in reply["gpus"])
-            processes = self._checked_processes(reply["procs"], gpus)
+            processes = _with_visibility(self._checked_processes(reply["procs"], gpus))
         except (KeyError, TypeError, ValueError):
             self._fail(NvmlReason.PROTOCOL, "malformed reply from the NVML child")
         self._note_process_api(reply.get("process_api"))
@@ -458,7 +409,7 @@ class GpuSource:
             log.info("nvml process listing api=%s", api)
 
     def _warn_invisible(self, processes: tuple[GpuProcess, ...]) -> None:
-        hidden = len({p.pid for p in processes} - visible_gpu_pids(GpuReading((), processes)))
+        hidden = len({p.pid for p in processes if not p.visible})
         if hidden:
             self._warn_once(
                 "invisible",

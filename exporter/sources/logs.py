@@ -1,7 +1,8 @@
 """Engine log sources: a plain log file, journald through systemd-python, or ``journalctl``.
 
-I/O only: each ``read()`` returns what is new, classified by the ``LogClassifier`` it was
-given, and never blocks; failures raise ``SourceError`` for ``run_source`` to record.
+I/O only: each ``sample()`` returns the lines that are new, secrets redacted and not yet
+classified (the observe stage classifies them), and never blocks; failures raise
+``SourceError`` for ``run_source`` to record.
 This is the one module that imports ``systemd.journal``.
 """
 
@@ -22,9 +23,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, Protocol
 
 from exporter.config import Target
-from exporter.core.classify import LogClassifier
-from exporter.core.model import LogEvent
+from exporter.core.classify import redact
+from exporter.core.model import RawLogLine
 from exporter.errors import SourceError
+from exporter.sources import Scope, Source
 
 try:  # optional: the journalctl fallback serves hosts without systemd-python
     from systemd import journal as _journal
@@ -33,6 +35,8 @@ except ImportError:  # pragma: no cover - exercised on hosts without the package
 
 log = logging.getLogger(__name__)
 
+#: Lines one ``sample()`` returns at most; a backlog drains over the next ticks.
+LINES_PER_SAMPLE: Final = 1000
 #: Longest line kept; the rest of a longer line is dropped (the classifier caps text too).
 MAX_LINE_BYTES: Final = 8192
 #: A first read with no saved position starts at most this far before the end of the file.
@@ -46,16 +50,11 @@ _JOURNAL_MAGIC: Final = b"LPKSHHRH"
 _CHUNK: Final = 64 * 1024
 
 
-class LogSource(Protocol):
-    """What the daemon reads a target's engine log through."""
+class LogSource(Source[tuple[RawLogLine, ...]], Protocol):
+    """What the daemon reads a target's engine log through: a ``Source`` of redacted lines."""
 
-    def read(self, max_lines: int = 5000) -> tuple[LogEvent, ...]:
-        """Classified events for the lines that arrived since the last call; never blocks."""
-        ...
-
-    def close(self) -> None:
-        """Release files and child processes."""
-        ...
+    #: Lines one ``sample()`` returns at most.
+    max_lines: int
 
 
 # --- saved positions ------------------------------------------------------------------------
@@ -145,17 +144,20 @@ class FileLogSource:
     Lines are stamped when read: printed timestamps lack a zone and containers often log UTC.
     """
 
+    name: Final = "logs"
+    scope: Final = Scope.TARGET
+
     def __init__(
         self,
         path: str,
-        classifier: LogClassifier,
         *,
         start_at_end: bool = False,
         offset_file: str | None = None,
         clock: Callable[[], float] = time.time,
+        max_lines: int = LINES_PER_SAMPLE,
     ) -> None:
         self.path = path
-        self._classifier = classifier
+        self.max_lines = max_lines
         self._start_at_end = start_at_end
         self._offset_file = offset_file
         self._clock = clock
@@ -167,14 +169,14 @@ class FileLogSource:
         self._records: deque[_Record] = deque()
         self._line_no = 1
 
-    def read(self, max_lines: int = 5000) -> tuple[LogEvent, ...]:
-        """Events for the lines appended since the last call (at most ``max_lines``)."""
+    def sample(self, deadline: float | None = None) -> tuple[RawLogLine, ...]:
+        """The lines appended since the last call (at most ``max_lines``)."""
         fh = self._fh or self._open(from_start=False)
         fh = self._follow_rotation(fh)
-        events: list[LogEvent] = []
+        lines: list[RawLogLine] = []
         budget = MAX_READ_BYTES
         now = self._clock()
-        while len(events) < max_lines:
+        while len(lines) < self.max_lines:
             if not self._records:
                 data = fh.read(min(_CHUNK, budget))
                 if not data:
@@ -185,12 +187,10 @@ class FileLogSource:
                 continue
             record = self._records.popleft()
             text = record.data.decode("utf-8", errors="replace")
-            events += self._classifier.classify(
-                text, at=now, line_no=self._line_no, line_time=False
-            )
+            lines.append(RawLogLine(redact(text), now, self._line_no))
             self._line_no += record.ends_line
         self._save_position()
-        return tuple(events)
+        return tuple(lines)
 
     def close(self) -> None:
         """Close the file."""
@@ -246,7 +246,7 @@ class FileLogSource:
         return fh
 
     def _save_position(self) -> None:
-        """Remember the first byte not yet classified, for the next exporter run."""
+        """Remember the first byte not yet returned, for the next exporter run."""
         if self._identity is None:
             return
         unread = self._splitter.pending_raw + sum(r.raw_len for r in self._records)
@@ -363,19 +363,22 @@ def _realtime(value: object, fallback: float) -> float:
 
 
 class _JournalFollower:
-    """What both journal readers share: unit, classifier, cursor and the file checks."""
+    """What both journal readers share: unit, cursor and the file checks."""
+
+    name: Final = "logs"
+    scope: Final = Scope.TARGET
 
     def __init__(
         self,
         unit: str,
-        classifier: LogClassifier,
         *,
         cursor_file: str | None,
         since: float | None,
         journal_dir: str | None = None,
+        max_lines: int = LINES_PER_SAMPLE,
     ) -> None:
         self.unit = unit_name(unit)
-        self._classifier = classifier
+        self.max_lines = max_lines
         self._cursor_file = cursor_file
         self._since = since
         self._journal_dir = journal_dir
@@ -387,24 +390,23 @@ class _JournalFollower:
         #: Journal files found corrupt (and skipped) at the last check.
         self.corrupt_files: tuple[str, ...] = ()
 
-    def read(self, max_lines: int = 5000) -> tuple[LogEvent, ...]:
-        """Events for the unit's entries written since the last call (at most ``max_lines``)."""
+    def sample(self, deadline: float | None = None) -> tuple[RawLogLine, ...]:
+        """The unit's entries written since the last call (at most ``max_lines``)."""
         self._prepare()
-        events: list[LogEvent] = []
+        lines: list[RawLogLine] = []
         last = self._cursor
-        while len(events) < max_lines:
+        while len(lines) < self.max_lines:
             entry = self._next_entry()
             if entry is None:
                 break
             at = _realtime(entry.get("__REALTIME_TIMESTAMP"), time.time())
-            text = _message_text(entry.get("MESSAGE"))
-            events += self._classifier.classify(text, at=at, line_time=False)
+            lines.append(RawLogLine(redact(_message_text(entry.get("MESSAGE"))), at))
             last = str(entry.get("__CURSOR", last))
         if last != self._cursor and last is not None:
             self._cursor = last
             _save_state(self._cursor_file, {"unit": self.unit, "cursor": last})
-        self._finish(got_entries=bool(events))
-        return tuple(events)
+        self._finish(got_entries=bool(lines))
+        return tuple(lines)
 
     def _check_files(self) -> None:
         self.corrupt_files = check_journal(self._dirs, self._seen_corrupt).corrupt
@@ -431,14 +433,14 @@ class JournalLogSource(_JournalFollower):
     def __init__(
         self,
         unit: str,
-        classifier: LogClassifier,
         *,
         cursor_file: str | None,
         since: float | None,
         journal_dir: str | None = None,
+        max_lines: int = LINES_PER_SAMPLE,
     ) -> None:
         super().__init__(
-            unit, classifier, cursor_file=cursor_file, since=since, journal_dir=journal_dir
+            unit, cursor_file=cursor_file, since=since, journal_dir=journal_dir, max_lines=max_lines
         )
         self._reader: Any = None
         self._stash: Mapping[str, object] | None = None
@@ -537,15 +539,15 @@ class JournalctlLogSource(_JournalFollower):
     def __init__(
         self,
         unit: str,
-        classifier: LogClassifier,
         *,
         cursor_file: str | None,
         since: float | None,
         journal_dir: str | None = None,
         journalctl: str = "journalctl",
+        max_lines: int = LINES_PER_SAMPLE,
     ) -> None:
         super().__init__(
-            unit, classifier, cursor_file=cursor_file, since=since, journal_dir=journal_dir
+            unit, cursor_file=cursor_file, since=since, journal_dir=journal_dir, max_lines=max_lines
         )
         self._journalctl = journalctl
         self._proc: subprocess.Popen[bytes] | None = None
@@ -636,7 +638,7 @@ class JournalctlLogSource(_JournalFollower):
 # --- factory --------------------------------------------------------------------------------
 
 
-def make_log_source(target: Target, classifier: LogClassifier, state_dir: str) -> LogSource | None:
+def make_log_source(target: Target, state_dir: str) -> LogSource | None:
     """The log source a target's config asks for, or None when it names none.
 
     A log file wins over the journal. Positions are kept in ``state_dir`` so an exporter
@@ -644,15 +646,11 @@ def make_log_source(target: Target, classifier: LogClassifier, state_dir: str) -
     """
     state = Path(state_dir)
     if target.log_file:
-        return FileLogSource(
-            target.log_file, classifier, offset_file=str(state / f"{target.name}.logpos")
-        )
+        return FileLogSource(target.log_file, offset_file=str(state / f"{target.name}.logpos"))
     if not (target.journal and target.unit):
         return None
     cursor = str(state / f"{target.name}.journal-cursor")
     if _journal is not None:
-        return JournalLogSource(target.unit, classifier, cursor_file=cursor, since=None)
+        return JournalLogSource(target.unit, cursor_file=cursor, since=None)
     journalctl = shutil.which("journalctl") or "journalctl"
-    return JournalctlLogSource(
-        target.unit, classifier, cursor_file=cursor, since=None, journalctl=journalctl
-    )
+    return JournalctlLogSource(target.unit, cursor_file=cursor, since=None, journalctl=journalctl)

@@ -28,6 +28,7 @@ from exporter.config import Target
 from exporter.core.model import ProbeKind, ProbeOutcome, ProbeResult
 from exporter.engines import ENGINES
 from exporter.errors import ConfigError
+from exporter.sources import Scope
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +293,12 @@ class Prober:
 
     Every call makes exactly one request (no retries, no redirects, no proxy from the
     environment) and returns within ``target.probe_timeout_seconds`` plus scheduling slack.
+    As a ``Source`` (``sample``) it is the health probe; the completion probe can take
+    seconds, so the daemon runs it beside the loop rather than in a tick.
     """
+
+    name: Final = "probe"
+    scope: Final = Scope.TARGET
 
     def __init__(
         self,
@@ -332,6 +338,10 @@ class Prober:
     def probe_health(self) -> ProbeResult:
         """GET the engine's health path; OK on any 2xx. Never raises."""
         return self._probe(ProbeKind.HEALTH, "GET", self._target.health_path, None, self._timeout)
+
+    def sample(self, deadline: float | None = None) -> ProbeResult:
+        """The health probe as the loop's source; the probe timeout bounds it."""
+        return self.probe_health()
 
     def probe_completion(self) -> ProbeResult:
         """POST a tiny greedy completion; OK only on 2xx JSON with ``choices``. Never raises."""

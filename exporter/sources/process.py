@@ -23,6 +23,7 @@ from exporter.config import Target
 from exporter.core.model import ProcessSample
 from exporter.engines import ENGINES
 from exporter.errors import SourceError
+from exporter.sources import Scope
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,9 @@ class ProcessSource:
     threads every ``rescan_every`` ticks.
     """
 
+    name: Final = "process"
+    scope: Final = Scope.TARGET
+
     def __init__(
         self,
         target: Target,
@@ -110,8 +114,10 @@ class ProcessSource:
         self._tree: _Tree | None = None
         self._io_error: str | None = None
 
-    def sample(self) -> ProcessSample | None:
+    def sample(self, deadline: float | None = None) -> ProcessSample | None:
         """The tree now, or None when no process is found (a valid observation).
+
+        Its reads of /proc do not block, so ``deadline`` needs no checks.
 
         Raises:
             SourceError: the source cannot observe at all ("permission_denied" when /proc
@@ -138,6 +144,12 @@ class ProcessSource:
         sample = _summarise(self._tree, readings)
         self._note_io(sample.read_bytes_error)
         return sample
+
+    def close(self) -> None:
+        """Close the descriptors kept on the tree's /proc files."""
+        if self._tree is not None:
+            self._tree.close()
+            self._tree = None
 
     def _forget(self) -> None:
         if self._tree is not None:

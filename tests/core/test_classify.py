@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from exporter.config import LogPatterns
 from exporter.core.classify import MAX_LINE_CHARS, LogClassifier, clean, redact, split_updates
 from exporter.core.model import FailureReason, LogClass, Phase
 from exporter.engines import ENGINES
+from exporter.engines.profile import LogPatterns
 
 AT = datetime(2026, 3, 1, 12, 0, 0).timestamp()
 

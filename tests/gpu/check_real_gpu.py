@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 from exporter.core.model import GpuReading
+from exporter.core.observe import attribute_gpu_memory
 from exporter.errors import SourceError
 from exporter.simnvml import STATE_ENV, build_simulated_nvml, write_state
-from exporter.sources.gpu import GpuSource, attribute_gpu_memory, visible_gpu_pids
+from exporter.sources.gpu import GpuSource
 
 # The child tries torch, then the CUDA runtime, then the driver API (libcuda ships with the
 # driver, so the last one works on any host where NVML does).
@@ -111,9 +112,7 @@ def verify(source: GpuSource, child_pid: int, size: int) -> tuple[bool, str]:
     stop = time.monotonic() + 20
     while True:
         reading = first_reading(source, within=30)
-        attribution = attribute_gpu_memory(
-            reading, {"check": [child_pid]}, visible_pids=visible_gpu_pids(reading)
-        )
+        attribution = attribute_gpu_memory(reading, {"check": [child_pid]})
         held = sum(attribution.per_target["check"].values())
         if held >= size:
             where = ", ".join(

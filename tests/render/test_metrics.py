@@ -19,6 +19,7 @@ from exporter.core.model import (
     GpuSample,
     LogClass,
     LogEvent,
+    MemoryPressure,
     Observation,
     Phase,
     ProbeKind,
@@ -126,6 +127,7 @@ def snapshot():
         gpus=gpus,
         foreign_gpu_memory_bytes=((2, GiB),),
         disk=DiskSample(read_bytes=90 * GiB, devices=("nvme0n1",)),
+        memory_pressure=MemoryPressure(0.25, 0.0625, 12.5, 3.0),
         sources=(
             SourceStatus("process", True, 0.0003, target="kimi"),
             SourceStatus("process", True, 0.0002, target="llama"),
@@ -211,6 +213,7 @@ def test_labels_are_bounded_and_secret_free():
         "class",
         "name",
         "version",
+        "kind",
         "le",
     }
     assert "4242" not in text  # never a pid

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from exporter.core.model import GpuProcess, GpuReading, GpuSample
+from exporter.core.observe import attribute_gpu_memory
 from exporter.errors import SourceError
 from exporter.simnvml import STATE_ENV, build_simulated_nvml, write_state
-from exporter.sources.gpu import GpuSource, attribute_gpu_memory, visible_gpu_pids
+from exporter.sources.gpu import GpuSource
 from tests.gpu.check_real_gpu import first_reading as eventually
 
 GIB = 1 << 30
@@ -380,7 +381,6 @@ def test_memory_is_attributed_to_targets_foreign_and_unattributed(
     attribution = attribute_gpu_memory(
         reading,
         {"sglang": [os.getpid(), worker_a, worker_b], "idle": [1_000_000]},
-        visible_pids=visible_gpu_pids(reading),
     )
 
     assert attribution.per_target == {"sglang": {0: 30 * GIB, 1: 31 * GIB}, "idle": {}}
@@ -418,21 +418,6 @@ def test_binding_path_and_both_wheels_are_logged_once(
     assert len([r for r in caplog.records if "both the pynvml and nvidia-ml-py" in r.message]) == 1
 
 
-@pytest.mark.integration
-def test_prefetch_lets_sample_collect_an_answer_already_asked_for(make_source, state):
-    write_state(state, [gpu_line(0, used=GIB)])
-    source = make_source()
-    eventually(source)
-
-    source.prefetch()
-    source.prefetch()  # idempotent: one request in flight
-    write_state(state, [gpu_line(0, used=2 * GIB)])
-    first, second = source.sample(), source.sample()
-
-    assert second.gpus[0].memory_used_bytes == 2 * GIB
-    assert first.gpus[0].memory_used_bytes in (GIB, 2 * GIB)  # as of the prefetch
-
-
 def test_attribution_sums_per_gpu_and_skips_unknown_memory():
     reading = GpuReading(
         gpus=(),
@@ -442,21 +427,19 @@ def test_attribution_sums_per_gpu_and_skips_unknown_memory():
             GpuProcess(1, 11, 70),
             GpuProcess(1, 12, None),
             GpuProcess(1, 20, 5),
-            GpuProcess(2, 30, 9),
-            GpuProcess(3, 30, 1),
+            GpuProcess(2, 30, 9, visible=False),
+            GpuProcess(3, 30, 1, visible=False),
         ),
     )
 
-    attribution = attribute_gpu_memory(
-        reading, {"a": {10, 11}, "b": [12]}, visible_pids={10, 11, 12, 20}
-    )
+    attribution = attribute_gpu_memory(reading, {"a": {10, 11}, "b": [12]})
 
     assert attribution.per_target == {"a": {0: 150, 1: 70}, "b": {}}
     assert attribution.foreign == {1: 5}
     assert (attribution.unattributed_pids, attribution.unattributed) == (1, {2: 9, 3: 1})
 
 
-def test_attribution_without_visibility_counts_every_stranger_as_foreign():
+def test_attribution_counts_every_visible_stranger_as_foreign():
     reading = GpuReading(gpus=(), processes=(GpuProcess(0, 10, 100), GpuProcess(0, 99, 7)))
 
     attribution = attribute_gpu_memory(reading, {"a": [10]})

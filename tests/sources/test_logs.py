@@ -22,7 +22,9 @@ import pytest
 
 from exporter.config import Target
 from exporter.core.classify import MAX_LINE_CHARS, LogClassifier
+from exporter.core.lifecycle import initial_state
 from exporter.core.model import FailureReason, LogClass, LogEvent
+from exporter.core.observe import TargetWorld, classify_lines
 from exporter.engines import ENGINES
 from exporter.errors import SourceError
 from exporter.sources.logs import (
@@ -41,8 +43,22 @@ BOOT = "00112233445566778899aabbccddeeff"
 CANARY = "sk-CANARYsecret123"
 
 
-def classifier(engine: str = "vllm") -> LogClassifier:
-    return LogClassifier(ENGINES[engine].log)
+class Classified:
+    """A log source read as the daemon reads it: its raw lines, then the observe stage."""
+
+    def __init__(self, source, engine: str = "vllm") -> None:
+        self.source = source
+        self.world = TargetWorld(initial_state("t"), LogClassifier(ENGINES[engine].log))
+
+    def read(self, max_lines: int = 5000) -> tuple[LogEvent, ...]:
+        self.source.max_lines = max_lines
+        return classify_lines(self.world, None, self.source.sample())
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.source, name)
 
 
 def texts(events: Sequence[LogEvent]) -> list[str]:
@@ -74,7 +90,7 @@ def append(path: Path, data: bytes) -> None:
 def test_appended_lines_are_read_once_and_a_partial_line_waits(tmp_path, closing):
     log = tmp_path / "engine.log"
     log.write_bytes(b"INFO 05-12 02:45:10 one\nINFO 05-12 02:45:11 tw")
-    src = closing(FileLogSource(str(log), classifier()))
+    src = closing(Classified(FileLogSource(str(log))))
     assert texts(src.read()) == ["INFO 05-12 02:45:10 one"]
     assert src.read() == ()
     append(log, b"o\nINFO 05-12 02:45:12 three\n")
@@ -87,7 +103,7 @@ def test_progress_redraws_arrive_before_the_bar_ends_its_line(tmp_path, closing)
     # A tqdm bar writes "\r" updates and a single "\n" at the very end.
     log = tmp_path / "engine.log"
     log.write_bytes(b"")
-    src = closing(FileLogSource(str(log), classifier()))
+    src = closing(Classified(FileLogSource(str(log))))
     seen = []
     for i in range(4):
         append(
@@ -109,7 +125,7 @@ def test_cr_joined_bars_in_one_line_each_become_an_update(tmp_path, closing):
         for i in range(11)
     )
     log.write_bytes(bars.encode() + b"\n[2026-08-01 23:43:42] max_total_num_tokens=185897\n")
-    events = closing(FileLogSource(str(log), classifier("sglang"))).read()
+    events = closing(Classified(FileLogSource(str(log)), "sglang")).read()
     assert [e.progress for e in events if e.progress] == [(i, 10) for i in range(11)]
     assert {e.progress_key for e in events if e.progress} == {"cuda_graph"}
     assert events[-1].marker == "scheduler_ready"
@@ -122,7 +138,7 @@ def test_ansi_colour_codes_are_stripped_before_matching(tmp_path, closing):
         b"\x1b[1;36m(APIServer pid=4394)\x1b[0;0m INFO:     Application startup complete.\n"
         b"#033[2m2024-04-18T22:43:58Z#033[0m #033[32m INFO#033[0m Starting Webserver\n"
     )
-    events = closing(FileLogSource(str(log), classifier())).read()
+    events = closing(Classified(FileLogSource(str(log)))).read()
     assert events[0].text == "(APIServer pid=4394) INFO:     Application startup complete."
     assert events[0].marker == "ready"
     assert "#033" not in events[1].text and "\x1b" not in events[0].text
@@ -131,7 +147,7 @@ def test_ansi_colour_codes_are_stripped_before_matching(tmp_path, closing):
 def test_a_megabyte_line_is_capped_and_the_next_line_is_intact(tmp_path, closing):
     log = tmp_path / "engine.log"
     log.write_bytes(b"INFO 05-12 02:45:15 args: " + b"x" * 600_000)
-    src = closing(FileLogSource(str(log), classifier()))
+    src = closing(Classified(FileLogSource(str(log))))
     assert src.read() == ()  # still no end of line: nothing to say yet
     append(log, b"y" * 600_000 + b"\nINFO 05-12 02:45:31 Starting to load model /m...\n")
     events = src.read()
@@ -146,7 +162,7 @@ def test_binary_garbage_is_survived(tmp_path, closing):
     log.write_bytes(
         noise + b"\n\xff\xfe\x00bad utf-8 \xc3\x28\nINFO 05-12 02:45:31 Starting to load model\n"
     )
-    events = closing(FileLogSource(str(log), classifier())).read()
+    events = closing(Classified(FileLogSource(str(log)))).read()
     assert events[-1].marker == "weights_begin"
     for e in events:
         assert isinstance(e.text, str)
@@ -157,7 +173,7 @@ def test_binary_garbage_is_survived(tmp_path, closing):
 def test_rotation_drains_the_old_file_then_follows_the_new_one(tmp_path, closing):
     log = tmp_path / "engine.log"
     log.write_bytes(b"INFO 05-12 02:45:10 old 1\n")
-    src = closing(FileLogSource(str(log), classifier()))
+    src = closing(Classified(FileLogSource(str(log))))
     assert texts(src.read()) == ["INFO 05-12 02:45:10 old 1"]
     append(log, b"INFO 05-12 02:45:11 old 2\n")  # written just before logrotate's rename
     log.rename(tmp_path / "engine.log.1")
@@ -173,7 +189,7 @@ def test_rotation_drains_the_old_file_then_follows_the_new_one(tmp_path, closing
 def test_truncation_in_place_starts_over(tmp_path, closing):
     log = tmp_path / "engine.log"
     log.write_bytes(b"INFO 05-12 02:45:10 a long first line before copytruncate\n" * 3)
-    src = closing(FileLogSource(str(log), classifier()))
+    src = closing(Classified(FileLogSource(str(log))))
     assert len(src.read()) == 3
     with open(log, "r+b") as fh:  # copytruncate: same inode, emptied, then written again
         fh.truncate(0)
@@ -185,7 +201,7 @@ def test_truncation_in_place_starts_over(tmp_path, closing):
 
 def test_a_missing_file_is_a_source_error_until_it_appears(tmp_path, closing):
     log = tmp_path / "engine.log"
-    src = closing(FileLogSource(str(log), classifier()))
+    src = closing(Classified(FileLogSource(str(log))))
     with pytest.raises(SourceError) as err:
         src.read()
     assert err.value.reason == "missing"
@@ -196,7 +212,7 @@ def test_a_missing_file_is_a_source_error_until_it_appears(tmp_path, closing):
 def test_start_at_end_skips_what_is_already_there(tmp_path, closing):
     log = tmp_path / "engine.log"
     log.write_bytes(b"INFO 05-12 02:45:10 old\n")
-    src = closing(FileLogSource(str(log), classifier(), start_at_end=True))
+    src = closing(Classified(FileLogSource(str(log), start_at_end=True)))
     assert src.read() == ()
     append(log, b"INFO 05-12 02:45:11 new\n")
     assert texts(src.read()) == ["INFO 05-12 02:45:11 new"]
@@ -205,18 +221,18 @@ def test_start_at_end_skips_what_is_already_there(tmp_path, closing):
 def test_a_restart_resumes_at_the_saved_offset(tmp_path, closing):
     log, pos = tmp_path / "engine.log", str(tmp_path / "engine.pos")
     log.write_bytes(b"INFO 05-12 02:45:10 one\nINFO 05-12 02:45:11 tw")
-    first = FileLogSource(str(log), classifier(), offset_file=pos)
+    first = Classified(FileLogSource(str(log), offset_file=pos))
     assert texts(first.read()) == ["INFO 05-12 02:45:10 one"]
     first.close()
     append(log, b"o\n")
-    second = closing(FileLogSource(str(log), classifier(), offset_file=pos))
+    second = closing(Classified(FileLogSource(str(log), offset_file=pos)))
     assert texts(second.read()) == ["INFO 05-12 02:45:11 two"]
 
 
 def test_max_lines_bounds_a_read_without_losing_lines(tmp_path, closing):
     log = tmp_path / "engine.log"
     log.write_bytes(b"".join(b"INFO 05-12 02:45:10 line %d\n" % i for i in range(100)))
-    src = closing(FileLogSource(str(log), classifier()))
+    src = closing(Classified(FileLogSource(str(log))))
     batches = [src.read(max_lines=30) for _ in range(4)]
     assert [len(b) for b in batches] == [30, 30, 30, 10]
     got = [e.text for b in batches for e in b]
@@ -226,7 +242,7 @@ def test_max_lines_bounds_a_read_without_losing_lines(tmp_path, closing):
 def test_secrets_in_a_log_file_do_not_come_out(tmp_path, closing):
     log = tmp_path / "engine.log"
     log.write_bytes(f"INFO 08-01 18:02:54 non-default args: {{'api_key': '{CANARY}'}}\n".encode())
-    (event,) = closing(FileLogSource(str(log), classifier())).read()
+    (event,) = closing(Classified(FileLogSource(str(log)))).read()
     assert "CANARY" not in event.text
 
 
@@ -247,7 +263,7 @@ with open(path, "ab", buffering=0) as fh:
 def test_a_real_writer_process_is_followed_live(tmp_path, closing):
     log = tmp_path / "sglang.log"
     log.write_bytes(b"")
-    src = closing(FileLogSource(str(log), classifier("sglang")))
+    src = closing(Classified(FileLogSource(str(log)), "sglang"))
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(log)])
     events: list[LogEvent] = []
     deadline = time.monotonic() + 30
@@ -264,9 +280,7 @@ def test_a_real_writer_process_is_followed_live(tmp_path, closing):
 
 CHILD = r"""
 import os, pwd, sys
-from exporter.engines import ENGINES
 from exporter.errors import SourceError
-from exporter.core.classify import LogClassifier
 from exporter.sources.logs import FileLogSource, JournalLogSource
 kind, path, drop = sys.argv[1], sys.argv[2], sys.argv[3] == "drop"
 if drop:  # the interpreter lives under /root: import as root first, then become nobody
@@ -274,13 +288,12 @@ if drop:  # the interpreter lives under /root: import as root first, then become
     os.setgroups([])
     os.setgid(nobody.pw_gid)
     os.setuid(nobody.pw_uid)
-c = LogClassifier(ENGINES["vllm"].log)
 if kind == "file":
-    src = FileLogSource(path, c)
+    src = FileLogSource(path)
 else:
-    src = JournalLogSource("vllm", c, cursor_file=None, since=None, journal_dir=path)
+    src = JournalLogSource("vllm", cursor_file=None, since=None, journal_dir=path)
 try:
-    print("read %d" % len(src.read()))
+    print("read %d" % len(src.sample()))
 except SourceError as exc:
     print(exc.reason)
 finally:
@@ -371,13 +384,14 @@ class Journal:
         (self.dir / "system.journal").rename(self.dir / archived)
 
     def source(self, cls=JournalLogSource, *, cursor: Path | None = None, since=None, **kw):
-        return cls(
-            "vllm",
-            classifier(),
-            cursor_file=str(cursor) if cursor else None,
-            since=since,
-            journal_dir=str(self.dir),
-            **kw,
+        return Classified(
+            cls(
+                "vllm",
+                cursor_file=str(cursor) if cursor else None,
+                since=since,
+                journal_dir=str(self.dir),
+                **kw,
+            )
         )
 
 
@@ -581,9 +595,8 @@ def target(**kw) -> Target:
 
 
 def test_the_factory_builds_what_the_config_names(tmp_path):
-    c = classifier()
-    src = make_log_source(target(log_file=str(tmp_path / "x.log")), c, str(tmp_path))
+    src = make_log_source(target(log_file=str(tmp_path / "x.log")), str(tmp_path))
     assert isinstance(src, FileLogSource)
-    src = make_log_source(target(unit="vllm", journal=True), c, str(tmp_path))
+    src = make_log_source(target(unit="vllm", journal=True), str(tmp_path))
     assert isinstance(src, JournalLogSource) and src.unit == UNIT
-    assert make_log_source(target(unit="vllm"), c, str(tmp_path)) is None
+    assert make_log_source(target(unit="vllm"), str(tmp_path)) is None

@@ -1,0 +1,182 @@
+"""The observe stage: one tick's raw readings turned into each target's ``Observation``.
+
+Pure: no I/O and no clock (``now`` is passed in). It classifies the log lines the sources
+read, joins NVML's per-process GPU memory to the targets' process trees, applies each
+target's ``gpus`` filter and stamps every observation with the tick's one time. The log
+classifier's per-run memory lives in ``TargetWorld`` beside the lifecycle state, so a new
+engine process starts a new log story here, where the core sees the new process first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Container, Mapping
+from dataclasses import dataclass, field
+
+from exporter.core.classify import LogClassifier
+from exporter.core.lifecycle import TargetState, Thresholds, step
+from exporter.core.model import (
+    DiskSample,
+    GpuReading,
+    LogEvent,
+    MemoryPressure,
+    Observation,
+    ProbeResult,
+    ProcessSample,
+    RawLogLine,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HostReadings:
+    """What the host-wide sources read in one tick; a field is None when its source failed."""
+
+    gpu: GpuReading = field(default_factory=lambda: GpuReading(gpus=()))
+    disk: DiskSample | None = None
+    memory_pressure: MemoryPressure | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetReadings:
+    """What one target's own sources read in one tick.
+
+    Attributes:
+        process: the process tree, None when there is none or its source failed.
+        process_error: the process source's bounded error when it failed.
+        log_lines: redacted, unclassified lines that arrived since the last tick.
+        health: the health probe's result, None when the probe source failed.
+        completion: a completion probe that finished since the last tick, if any.
+    """
+
+    process: ProcessSample | None = None
+    process_error: str | None = None
+    log_lines: tuple[RawLogLine, ...] = ()
+    health: ProbeResult | None = None
+    completion: ProbeResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAttribution:
+    """GPU memory split between targets, processes of no target, and pids we cannot see.
+
+    Attributes:
+        per_target: target -> GPU index -> bytes held by the target's processes.
+        foreign: GPU index -> bytes held by visible processes of no target.
+        unattributed_pids: distinct pids NVML lists that are not in our PID namespace.
+        unattributed: GPU index -> bytes held by those pids (owner unknown, not foreign).
+    """
+
+    per_target: dict[str, dict[int, int]]
+    foreign: dict[int, int]
+    unattributed_pids: int
+    unattributed: dict[int, int] = field(default_factory=dict)
+
+
+def attribute_gpu_memory(
+    reading: GpuReading, target_pids: Mapping[str, Collection[int]]
+) -> GpuAttribution:
+    """Join NVML's per-process memory to the targets' process trees.
+
+    Args:
+        reading: one GPU sample; each process says whether its pid is visible to us.
+        target_pids: target name -> every pid of its process tree.
+    """
+    owner = {pid: target for target, pids in target_pids.items() for pid in pids}
+    per_target: dict[str, dict[int, int]] = {target: {} for target in target_pids}
+    foreign: dict[int, int] = {}
+    unattributed: dict[int, int] = {}
+    hidden: set[int] = set()
+    for proc in reading.processes:
+        target = owner.get(proc.pid)
+        if target is not None:
+            bucket = per_target[target]
+        elif proc.visible:
+            bucket = foreign
+        else:
+            hidden.add(proc.pid)
+            bucket = unattributed
+        if proc.used_memory_bytes is not None:
+            bucket[proc.gpu_index] = bucket.get(proc.gpu_index, 0) + proc.used_memory_bytes
+    return GpuAttribution(per_target, foreign, len(hidden), unattributed)
+
+
+@dataclass
+class TargetWorld:
+    """One target's core-side memory between ticks: lifecycle state and log story.
+
+    The classifier is the one mutable part: it remembers, across the lines of one engine
+    run, the year printed last, which ranks finished loading and an open traceback.
+    """
+
+    state: TargetState
+    classifier: LogClassifier
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What observing one target produced: its observation and its GPUs' memory."""
+
+    observation: Observation
+    gpu_memory_bytes: tuple[tuple[int, int], ...]
+
+
+def classify_lines(
+    world: TargetWorld, process: ProcessSample | None, lines: tuple[RawLogLine, ...]
+) -> tuple[LogEvent, ...]:
+    """Classify new log lines, starting a new story first when the engine process changed."""
+    if _new_process(world.state, process):
+        world.classifier.reset()
+    events: list[LogEvent] = []
+    for line in lines:
+        events += world.classifier.classify(
+            line.text, at=line.at, line_no=line.line_no, line_time=False
+        )
+    return tuple(events)
+
+
+def _new_process(state: TargetState, process: ProcessSample | None) -> bool:
+    if process is None or state.pid is None:
+        return False
+    return (process.pid, process.create_time) != (state.pid, state.create_time)
+
+
+def observe(
+    name: str,
+    world: TargetWorld,
+    readings: TargetReadings,
+    host: HostReadings,
+    attribution: GpuAttribution,
+    *,
+    gpus: Container[int] | None,
+    now: float,
+) -> Observed:
+    """One target's observation for this tick.
+
+    Args:
+        name: the target.
+        world: its core-side memory (the classifier advances here).
+        readings: what its own sources read.
+        host: what the host-wide sources read.
+        attribution: the tick's GPU memory join (``attribute_gpu_memory``).
+        gpus: the GPU indices the target is limited to, None for all.
+        now: the tick's time, stamped on the observation.
+    """
+    per_gpu = attribution.per_target.get(name, {})
+    if gpus is not None:
+        per_gpu = {i: b for i, b in per_gpu.items() if i in gpus}
+    obs = Observation(
+        target=name,
+        at=now,
+        process=readings.process,
+        process_error=readings.process_error,
+        health=readings.health,
+        completion=readings.completion,
+        disk_read_bytes=host.disk.read_bytes if host.disk else None,
+        gpu_memory_bytes=sum(per_gpu.values()) if host.gpu.gpus else None,
+        log_events=classify_lines(world, readings.process, readings.log_lines),
+    )
+    return Observed(obs, tuple(sorted(per_gpu.items())))
+
+
+def advance(world: TargetWorld, obs: Observation, now: float, th: Thresholds) -> TargetWorld:
+    """Step the lifecycle with one observation; the classifier carries on with the world."""
+    return TargetWorld(state=step(world.state, obs, now, th), classifier=world.classifier)
