@@ -1,0 +1,124 @@
+"""Process-tree source: finds a target's main process and sums RSS, CPU and read bytes of its tree.
+
+I/O only. No full host scan while the main process is known, and never a command line in a
+log line, an error or a sample. Finding the main process lives in ``finding``, tracking its
+tree in ``tree`` and reading /proc in ``procfs``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from exporter.config import Target
+from exporter.core.model import ProcessSample
+from exporter.sources import Scope
+from exporter.sources.process.finding import make_finder
+from exporter.sources.process.procfs import ProcessError, Reading
+from exporter.sources.process.tree import Tree
+
+__all__ = ["DEFAULT_CGROUP_ROOT", "DEFAULT_RESCAN_EVERY", "ProcessError", "ProcessSource"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CGROUP_ROOT: Final = "/sys/fs/cgroup"
+DEFAULT_RESCAN_EVERY: Final = 10
+
+
+class ProcessSource:
+    """Samples one target's process tree; constructed once per target, called once per tick.
+
+    The main process is found by the target's ``unit`` (its cgroup), ``pidfile`` or ``cmdline``
+    regex, or else as the listener of ``base_url``'s port. The tree is the main process and
+    every descendant seen since it started (a reparented worker stays in it while it lives),
+    or every member of the unit's cgroup. Each member costs one read of /proc/PID/stat and
+    one of /proc/PID/io a tick, through descriptors kept open (a reused pid is a new process);
+    new children are looked for only among the pids allocated since the last tick, or, when
+    there are too many, in ``/proc/PID/task/TID/children``: the main thread every tick, all
+    threads every ``rescan_every`` ticks.
+    """
+
+    name: Final = "process"
+    scope: Final = Scope.TARGET
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        cgroup_root: str = DEFAULT_CGROUP_ROOT,
+        rescan_every: int = DEFAULT_RESCAN_EVERY,
+    ) -> None:
+        self.target = target
+        self._finder = make_finder(target, cgroup_root)
+        self._rescan_every = max(1, rescan_every)
+        self._ticks = 0
+        self._tree: Tree | None = None
+        self._io_error: str | None = None
+
+    def sample(self, deadline: float | None = None) -> ProcessSample | None:
+        """The tree now, or None when no process is found (a valid observation).
+
+        Its reads of /proc do not block, so ``deadline`` needs no checks.
+
+        Raises:
+            SourceError: the source cannot observe at all ("permission_denied" when /proc
+                refuses, "not_visible" when /proc hides the target, "invalid_finder").
+        """
+        self._ticks += 1
+        full = self._ticks % self._rescan_every == 0
+        main = self._finder.find(self._tree.main if self._tree else None, full)
+        if main is None:
+            self._forget()
+            return None
+        if self._tree is None or self._tree.main != main:
+            self._forget()
+            self._tree = Tree.adopt(main)
+            if self._tree is None:
+                return None
+            full = True
+            log.info("process found target=%s pid=%d", self.target.name, main.pid)
+        self._tree.refresh(self._finder.members(), full=full)
+        readings = self._tree.read(full=full)
+        if main.pid not in readings:
+            self._forget()  # the main process ended while being read
+            return None
+        sample = _summarise(self._tree, readings)
+        self._note_io(sample.read_bytes_error)
+        return sample
+
+    def close(self) -> None:
+        """Close the descriptors kept on the tree's /proc files."""
+        if self._tree is not None:
+            self._tree.close()
+            self._tree = None
+
+    def _forget(self) -> None:
+        if self._tree is not None:
+            log.info("process gone target=%s pid=%d", self.target.name, self._tree.main.pid)
+            self._tree.close()
+        self._tree = None
+
+    def _note_io(self, error: str | None) -> None:
+        if error != self._io_error and error is not None:
+            log.warning("read bytes unavailable target=%s reason=%s", self.target.name, error)
+        elif error != self._io_error:
+            log.info("read bytes available target=%s", self.target.name)
+        self._io_error = error
+
+
+def _summarise(tree: Tree, readings: dict[int, Reading]) -> ProcessSample:
+    """Sum the readings into one sample; one refused read_bytes makes the sum unknown."""
+    main = tree.main
+    io_errors = sorted({r.io_error for r in readings.values() if r.io_error})
+    read_bytes = None if io_errors else sum(r.read_bytes or 0 for r in readings.values())
+    others = sorted(pid for pid in readings if pid != main.pid)
+    return ProcessSample(
+        pid=main.pid,
+        create_time=tree.create_time,
+        pids=(main.pid, *others),
+        rss_bytes=sum(r.rss for r in readings.values()),
+        cpu_seconds=sum(r.cpu for r in readings.values()),
+        read_bytes=read_bytes,
+        read_bytes_error=str(io_errors[0]) if io_errors else None,
+        zombie=readings[main.pid].zombie,
+    )

@@ -1,0 +1,377 @@
+"""Finding a target's main process: by systemd unit, pidfile, command line or listening port.
+
+Each finder costs no full host scan while the main process it found lives, and never puts a
+command line in a log line or an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator
+from typing import Final, Protocol
+
+import psutil
+
+from exporter.config import Target
+from exporter.engines import ENGINES
+from exporter.errors import SourceError
+from exporter.sources.process.procfs import PROC, ProcessError, proc_hides_pids
+
+log = logging.getLogger(__name__)
+
+# Unified v2 at the root, v2 beside v1 in the hybrid layout, then the v1 named hierarchy.
+_CGROUP_HIERARCHIES: Final = ("", "unified", "systemd")
+_SLICE_DEPTH: Final = 4
+_TCP_TABLES: Final = ("/proc/net/tcp", "/proc/net/tcp6")
+_TCP_LISTEN: Final = "0A"
+
+
+class Finder(Protocol):
+    """Finds a target's main process; one implementation per target key."""
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """The main process now, or None when there is none (absent, not an error)."""
+        ...
+
+    def members(self) -> list[int] | None:
+        """Every pid of the target when the finder knows them (a cgroup), else None."""
+        ...
+
+
+class _Walked:
+    """A finder that knows the main process only: its tree is walked from it."""
+
+    def members(self) -> list[int] | None:
+        """Unknown: the tree is walked from the main process."""
+        return None
+
+
+def make_finder(target: Target, cgroup_root: str) -> Finder:
+    """The finder for ``target``'s key: unit, pidfile, cmdline, else base_url's port."""
+    if target.unit:
+        return _UnitFinder(target.unit, cgroup_root)
+    if target.pidfile:
+        return _PidfileFinder(target.pidfile, target.name)
+    if target.cmdline:
+        return _CmdlineFinder(target.cmdline)
+    words = ENGINES[target.engine].process_words if target.engine in ENGINES else ""
+    if not words:
+        return _PortFinder(target.port)
+    # Before the engine listens, its command line names it and its port.
+    pattern = rf"(?:{words}).*--port[= ]{target.port}(?!\d)"
+    return _PortThenCmdlineFinder(_PortFinder(target.port), _CmdlineFinder(pattern))
+
+
+class _PortThenCmdlineFinder(_Walked):
+    """The port's listener; until the engine listens, its command line with that port."""
+
+    def __init__(self, port: _PortFinder, cmdline: _CmdlineFinder) -> None:
+        self._port, self._cmdline = port, cmdline
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """The listener if there is one, else the matching command line."""
+        found = self._port.find(tracked, full)
+        if found is not None:
+            return found
+        try:
+            return self._cmdline.find(None, full)
+        except SourceError:
+            return None  # hidden processes: the port finder already reported what it could
+
+
+class _UnitFinder:
+    """A systemd unit: the oldest process of its cgroup whose parent is outside it."""
+
+    def __init__(self, unit: str, cgroup_root: str) -> None:
+        self._name = unit if "." in unit else f"{unit}.service"
+        self._root = cgroup_root
+        self._dir: str | None = None
+        self._pids: list[int] = []
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """Read the cgroup's processes; keep the tracked main process while it lives in it."""
+        if "/" in self._name or self._name.startswith(".."):
+            raise SourceError(ProcessError.INVALID_FINDER, "unit name must not contain '/'")
+        self._pids = self._read_procs(full)
+        if not self._pids:
+            return None
+        if tracked is not None and tracked.pid in self._pids and _alive(tracked):
+            return tracked
+        procs = [p for pid in self._pids if (p := _process(pid)) is not None]
+        if not procs:
+            for pid in self._pids:
+                _raise_if_hidden(pid)
+            return None
+        return _oldest_root(procs)
+
+    def members(self) -> list[int] | None:
+        """Every process of the unit's cgroup, read by the last ``find``."""
+        return self._pids
+
+    def _read_procs(self, full: bool) -> list[int]:
+        if self._dir is None or not os.path.isdir(self._dir):
+            self._dir = self._locate(walk=full or self._dir is None)
+        if self._dir is None:
+            return []
+        pids: dict[int, None] = {}
+        for top, _dirs, _files in os.walk(self._dir):
+            pids.update(dict.fromkeys(_read_pids(os.path.join(top, "cgroup.procs"))))
+        return list(pids)
+
+    def _locate(self, *, walk: bool) -> str | None:
+        for hierarchy in _CGROUP_HIERARCHIES:
+            path = os.path.join(self._root, hierarchy, "system.slice", self._name)
+            if os.path.isdir(path):
+                return path
+        if not walk:
+            return None
+        for hierarchy in _CGROUP_HIERARCHIES:
+            if found := _find_in_slices(os.path.join(self._root, hierarchy), self._name):
+                return found
+        return None
+
+
+def _read_pids(path: str) -> list[int]:
+    try:
+        with open(path, encoding="ascii") as f:
+            return [int(word) for word in f.read().split()]
+    except FileNotFoundError:
+        return []  # the cgroup went away with the unit
+    except PermissionError as exc:
+        raise SourceError(ProcessError.PERMISSION_DENIED, "cgroup.procs unreadable") from exc
+
+
+def _find_in_slices(base: str, name: str, depth: int = _SLICE_DEPTH) -> str | None:
+    """Search ``name`` in ``base`` and, ``depth`` levels down, in slices and user managers."""
+    if os.path.isdir(candidate := os.path.join(base, name)):
+        return candidate
+    if depth == 0:
+        return None
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return None
+    for entry in entries:
+        nests = entry.name.endswith(".slice") or entry.name.startswith("user@")
+        if nests and entry.is_dir() and (found := _find_in_slices(entry.path, name, depth - 1)):
+            return found
+    return None
+
+
+class _PidfileFinder(_Walked):
+    """A pidfile written by the server or its supervisor."""
+
+    def __init__(self, path: str, target: str) -> None:
+        self._path = path
+        self._target = target
+        self._warned = False
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """The process the pidfile names; a missing file or dead pid is absence."""
+        try:
+            with open(self._path, encoding="ascii", errors="replace") as f:
+                text = f.read(64)
+        except FileNotFoundError:
+            return None
+        except PermissionError as exc:
+            raise SourceError(ProcessError.PERMISSION_DENIED, "pidfile unreadable") from exc
+        pid = _parse_pid(text)
+        if pid is None:
+            self._warn_once()
+            # A pidfile being rewritten reads empty for an instant; keep the known process.
+            return tracked if tracked is not None and _alive(tracked) else None
+        if tracked is not None and tracked.pid == pid and _alive(tracked):
+            return tracked
+        proc = _process(pid)
+        if proc is None:
+            _raise_if_hidden(pid)
+        return proc
+
+    def _warn_once(self) -> None:
+        if not self._warned:
+            log.warning("pidfile holds no pid target=%s path=%s", self._target, self._path)
+            self._warned = True
+
+
+def _parse_pid(text: str) -> int | None:
+    """The pid on a pidfile's first line, or None when it holds none."""
+    words = text.split(maxsplit=1)
+    if not words or not words[0].isdigit():
+        return None
+    pid = int(words[0])
+    return pid if pid > 0 else None
+
+
+class _CmdlineFinder(_Walked):
+    """A regex over the joined command line; scans /proc only while nothing is tracked.
+
+    Pids whose command line did not match are not read again until a full tick, so an idle
+    host costs one ``listdir(/proc)`` a tick; a process that ``exec``s into a matching
+    command line is found within ``rescan_every`` ticks.
+    """
+
+    def __init__(self, pattern: str) -> None:
+        self._source = pattern
+        self._pattern: re.Pattern[str] | None = None
+        self._unmatched: set[int] = set()
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """The oldest matching process whose parent does not match."""
+        if tracked is not None and _alive(tracked):
+            return tracked
+        pattern = self._compiled()
+        pids = set(_all_pids())
+        self._unmatched = set() if full else self._unmatched & pids
+        matches = []
+        for pid in pids - self._unmatched - {os.getpid()}:
+            proc = _process(pid)
+            if proc is not None and _cmdline_matches(proc, pattern):
+                matches.append(proc)
+            else:
+                self._unmatched.add(pid)
+        if not matches and proc_hides_pids():
+            raise SourceError(ProcessError.NOT_VISIBLE, "/proc hides other users' processes")
+        return _oldest_root(matches)
+
+    def _compiled(self) -> re.Pattern[str]:
+        if self._pattern is None:
+            try:
+                self._pattern = re.compile(self._source)
+            except re.error as exc:
+                raise SourceError(ProcessError.INVALID_FINDER, "cmdline regex invalid") from exc
+        return self._pattern
+
+
+def _cmdline_matches(proc: psutil.Process, pattern: re.Pattern[str]) -> bool:
+    try:
+        words = proc.cmdline()
+    except psutil.Error:
+        return False  # ended, a zombie, or refused
+    return bool(words) and pattern.search(" ".join(words)) is not None
+
+
+class _PortFinder(_Walked):
+    """The process holding the listening socket of base_url's port.
+
+    vLLM and SGLang refuse connections while they load, so a main process found once is kept
+    while it lives (same pid and start time) even when its port is not listening.
+    """
+
+    def __init__(self, port: int) -> None:
+        self._port = port
+        self._unresolved: frozenset[int] = frozenset()
+        self._unresolved_error: SourceError | None = None
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """The listener's main process, or the tracked one while it lives."""
+        if tracked is not None and _alive(tracked):
+            return tracked
+        inodes = _listening_inodes(self._port)
+        if not inodes:
+            return None
+        if inodes == self._unresolved and self._unresolved_error is not None and not full:
+            raise self._unresolved_error  # a full /proc/*/fd scan costs; retry on full ticks
+        owners, denied = _socket_owners(inodes)
+        if owners:
+            self._unresolved_error = None
+            return _oldest_root(owners)
+        if not _listening_inodes(self._port):
+            return None  # the listener closed while we looked
+        reason = ProcessError.PERMISSION_DENIED if denied else ProcessError.NOT_VISIBLE
+        self._unresolved = inodes
+        self._unresolved_error = SourceError(reason, "cannot see who listens on the port")
+        raise self._unresolved_error
+
+
+def _listening_inodes(port: int) -> frozenset[int]:
+    """Socket inodes listening on ``port`` (any address, IPv4 or IPv6)."""
+    inodes: set[int] = set()
+    for table in _TCP_TABLES:
+        try:
+            with open(table, encoding="ascii") as f:
+                lines = f.readlines()[1:]
+        except FileNotFoundError:
+            continue  # no IPv6
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == _TCP_LISTEN:
+                local_port = int(fields[1].rpartition(":")[2], 16)
+                if local_port == port:
+                    inodes.add(int(fields[9]))
+    return frozenset(inodes)
+
+
+def _socket_owners(inodes: frozenset[int]) -> tuple[list[psutil.Process], bool]:
+    """Processes holding any of the socket ``inodes``, and whether some fd table was refused."""
+    links = {f"socket:[{inode}]" for inode in inodes}
+    owners: list[psutil.Process] = []
+    denied = False
+    for pid in _all_pids():
+        try:
+            holds = _holds_socket(pid, links)
+        except PermissionError:
+            denied = True  # another user's fds, or a target holding more capabilities
+            continue
+        if holds and (proc := _process(pid)) is not None:
+            owners.append(proc)
+    return owners, denied
+
+
+def _all_pids() -> Iterator[int]:
+    return (int(name) for name in os.listdir(PROC) if name.isdigit())
+
+
+def _holds_socket(pid: int, links: set[str]) -> bool:
+    fd_dir = f"{PROC}/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"{fd_dir}/{fd}") in links:
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # fd closed meanwhile
+    return False
+
+
+def _process(pid: int) -> psutil.Process | None:
+    """A new psutil handle for ``pid``, or None when it does not exist (or is hidden)."""
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """True while this very process runs (psutil compares pid and start time: no reuse)."""
+    try:
+        return proc.is_running()
+    except psutil.Error:
+        return False
+
+
+def _oldest_root(procs: Iterable[psutil.Process]) -> psutil.Process | None:
+    """The oldest process whose parent is not in ``procs`` (the top of their tree)."""
+    by_pid = {p.pid: p for p in procs}
+    roots: list[tuple[float, psutil.Process]] = []
+    for proc in by_pid.values():
+        try:
+            if proc.ppid() not in by_pid:
+                roots.append((proc.create_time(), proc))
+        except psutil.Error:
+            continue  # ended meanwhile
+    return min(roots, key=lambda r: (r[0], r[1].pid))[1] if roots else None
+
+
+def _raise_if_hidden(pid: int) -> None:
+    """Raise not_visible when ``pid`` exists but /proc shows nothing of it (hidepid)."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError as exc:
+        raise SourceError(ProcessError.NOT_VISIBLE, "/proc hides the target process") from exc
+    except (ProcessLookupError, OverflowError):
+        return
