@@ -30,9 +30,7 @@ from exporter.core.lifecycle import (
 )
 from exporter.core.model import (
     STARTUP_PHASES,
-    DiskSample,
     GpuReading,
-    MemoryPressure,
     Observation,
     Phase,
     ProbeResult,
@@ -41,11 +39,11 @@ from exporter.core.model import (
     SourceStatus,
 )
 from exporter.core.observe import (
-    HostReadings,
     TargetReadings,
     TargetWorld,
     advance,
     attribute_gpu_memory,
+    host_readings,
     observe,
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
@@ -145,12 +143,11 @@ class Daemon:
             if settings.nvml
             else None
         )
+        #: Host sources other than NVML; each fills the ``HostReadings`` field of its name.
         self._host_sources: list[Source[object]] = [
             DiskSource([t.model_path for t in settings.targets if t.model_path]),
             MemoryPressureSource(),
         ]
-        if self._gpu is not None:
-            self._host_sources.append(self._gpu)
         self._gpu_reading = GpuReading(gpus=())
         self._watched = [self._watch(t) for t in settings.targets]
         self._completions = ThreadPoolExecutor(max_workers=2, thread_name_prefix="completion")
@@ -192,19 +189,20 @@ class Daemon:
         """Sample every source once, observe and step every target, publish the snapshot."""
         started = time.perf_counter()
         completions = [self._collect_completion(w) for w in self._watched]
-        calls = [SourceCall(s) for s in self._host_sources] + [
+        calls = [SourceCall(s) for s in self._tick_host_sources()] + [
             SourceCall(s, w.target.name) for w in self._watched for s in w.sources()
         ]
         results = self._runner.run(calls, time.monotonic() + self.settings.interval_seconds)
         by_source = {id(c.source): r for c, r in zip(calls, results, strict=True)}
         statuses = [r.status for r in results]
-        host = self._host_readings(by_source)
+        host = host_readings({s.name: by_source[id(s)].value for s in self._host_sources})
+        gpu = self._gpu_readings(by_source)
         readings = [
             _target_readings(w, by_source, done)
             for w, done in zip(self._watched, completions, strict=True)
         ]
         attribution = attribute_gpu_memory(
-            host.gpu,
+            gpu,
             {
                 w.target.name: r.process.pids
                 for w, r in zip(self._watched, readings, strict=True)
@@ -215,7 +213,7 @@ class Daemon:
         targets = []
         for w, r in zip(self._watched, readings, strict=True):
             seen = observe(
-                w.target.name, w.world, r, host, attribution, gpus=w.target.gpus, now=now
+                w.target.name, w.world, r, host, gpu, attribution, gpus=w.target.gpus, now=now
             )
             targets.append(self._advance(w, seen.observation, now, seen.gpu_memory_bytes))
             self._schedule_completion(w, now)
@@ -227,12 +225,11 @@ class Daemon:
         snap = Snapshot(
             taken_at=now,
             targets=tuple(targets),
-            gpus=host.gpu.gpus,
-            gpu_stale=host.gpu.stale,
+            gpus=gpu.gpus,
+            gpu_stale=gpu.stale,
             foreign_gpu_memory_bytes=tuple(sorted(attribution.foreign.items())),
             unattributed_gpu_processes=attribution.unattributed_pids,
-            disk=host.disk,
-            memory_pressure=host.memory_pressure,
+            host=host,
             sources=tuple(statuses),
             source_errors=tuple(sorted(self._errors.items())),
             tick_duration_seconds=time.perf_counter() - started,
@@ -242,19 +239,19 @@ class Daemon:
         self._ticks += 1
         return snap
 
-    def _host_readings(self, by_source: Mapping[int, SourceResult[object]]) -> HostReadings:
-        values = {s.name: by_source[id(s)].value for s in self._host_sources if id(s) in by_source}
-        if self._gpu is not None:
-            gpu = values.get(self._gpu.name)
-            if isinstance(gpu, GpuReading):
-                self._gpu_reading = gpu
-            elif self._gpu_reading.gpus:  # keep the last reading, marked as old
-                self._gpu_reading = replace(self._gpu_reading, stale=True)
-        return HostReadings(
-            gpu=self._gpu_reading,
-            disk=_as(values.get("disk"), DiskSample),
-            memory_pressure=_as(values.get("memory_pressure"), MemoryPressure),
-        )
+    def _tick_host_sources(self) -> list[Source[object]]:
+        return [*self._host_sources, self._gpu] if self._gpu is not None else self._host_sources
+
+    def _gpu_readings(self, by_source: Mapping[int, SourceResult[object]]) -> GpuReading:
+        """This tick's GPU reading, or the last one marked stale when NVML failed."""
+        if self._gpu is None:
+            return self._gpu_reading
+        reading = by_source[id(self._gpu)].value
+        if isinstance(reading, GpuReading):
+            self._gpu_reading = reading
+        elif self._gpu_reading.gpus:
+            self._gpu_reading = replace(self._gpu_reading, stale=True)
+        return self._gpu_reading
 
     def _history_status(self) -> SourceStatus:
         """The history store as a source: down when in memory or when writes fail."""
@@ -445,7 +442,7 @@ class Daemon:
         for w in self._watched:
             self._close_sources(w.sources())
             self._save_progress(w)
-        self._close_sources(self._host_sources)
+        self._close_sources(self._tick_host_sources())
         self.history.close()
         self.notifier.close()
 

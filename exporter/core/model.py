@@ -237,6 +237,18 @@ class LogEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class HostReadings:
+    """What the host-wide sources (other than NVML) read in one tick.
+
+    Each field is named after the source that fills it (``Source.name``) and is None when
+    that source is absent or failed this tick; a new host source adds one field here.
+    """
+
+    disk: DiskSample | None = None
+    memory_pressure: MemoryPressure | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SourceStatus:
     """How one source call went: the node_exporter ``scrape_collector_success`` pattern."""
 

@@ -9,16 +9,18 @@ engine process starts a new log story here, where the core sees the new process 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, get_args, get_type_hints
 
 from exporter.core.classify import LogClassifier
 from exporter.core.lifecycle import TargetState, Thresholds, step
 from exporter.core.model import (
-    DiskSample,
     GpuReading,
+    HostReadings,
     LogEvent,
-    MemoryPressure,
     Observation,
     ProbeResult,
     ProcessSample,
@@ -26,13 +28,27 @@ from exporter.core.model import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class HostReadings:
-    """What the host-wide sources read in one tick; a field is None when its source failed."""
+def host_readings(values: Mapping[str, object]) -> HostReadings:
+    """Each host source's value in the ``HostReadings`` field named after the source.
 
-    gpu: GpuReading = field(default_factory=lambda: GpuReading(gpus=()))
-    disk: DiskSample | None = None
-    memory_pressure: MemoryPressure | None = None
+    A value of another type (or None: the source failed) leaves its field None, so a source
+    and its field only have to share a name and a type.
+    """
+    hints = _host_fields()
+    # Any: each value was type-checked against its field just now, which mypy cannot follow.
+    kept: dict[str, Any] = {
+        n: v for n, v in values.items() if n in hints and isinstance(v, hints[n])
+    }
+    return dataclasses.replace(HostReadings(), **kept)
+
+
+@cache
+def _host_fields() -> dict[str, tuple[type, ...]]:
+    """Field name -> the types its value may have (``X | None`` gives ``(X,)``)."""
+    return {
+        name: tuple(t for t in get_args(hint) if t is not type(None))
+        for name, hint in get_type_hints(HostReadings).items()
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +160,7 @@ def observe(
     world: TargetWorld,
     readings: TargetReadings,
     host: HostReadings,
+    gpu: GpuReading,
     attribution: GpuAttribution,
     *,
     gpus: Container[int] | None,
@@ -156,6 +173,7 @@ def observe(
         world: its core-side memory (the classifier advances here).
         readings: what its own sources read.
         host: what the host-wide sources read.
+        gpu: what NVML read (its last reading, marked stale, when it failed this tick).
         attribution: the tick's GPU memory join (``attribute_gpu_memory``).
         gpus: the GPU indices the target is limited to, None for all.
         now: the tick's time, stamped on the observation.
@@ -171,7 +189,7 @@ def observe(
         health=readings.health,
         completion=readings.completion,
         disk_read_bytes=host.disk.read_bytes if host.disk else None,
-        gpu_memory_bytes=sum(per_gpu.values()) if host.gpu.gpus else None,
+        gpu_memory_bytes=sum(per_gpu.values()) if gpu.gpus else None,
         log_events=classify_lines(world, readings.process, readings.log_lines),
     )
     return Observed(obs, tuple(sorted(per_gpu.items())))

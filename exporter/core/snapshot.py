@@ -9,13 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exporter.core.lifecycle import ColdStart, TargetState
-from exporter.core.model import (
-    DiskSample,
-    GpuSample,
-    MemoryPressure,
-    ProcessSample,
-    SourceStatus,
-)
+from exporter.core.model import GpuSample, HostReadings, ProcessSample, SourceStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +52,7 @@ class Snapshot:
         gpu_stale: the GPU sample is older than this tick (NVML hung or restarting).
         foreign_gpu_memory_bytes: per GPU index, memory held by processes of no target.
         unattributed_gpu_processes: GPU processes whose pid is outside our PID namespace.
-        disk: cumulative host disk reads (whole disks).
-        memory_pressure: the host's memory pressure (PSI), None where unavailable.
+        host: what the host-wide sources read (disk reads, memory pressure).
         sources: how each source call of this tick went.
         source_errors: per source, failed calls since start.
         tick_duration_seconds: how long sampling took.
@@ -72,8 +65,7 @@ class Snapshot:
     gpu_stale: bool = False
     foreign_gpu_memory_bytes: tuple[tuple[int, int], ...] = ()
     unattributed_gpu_processes: int = 0
-    disk: DiskSample | None = None
-    memory_pressure: MemoryPressure | None = None
+    host: HostReadings = field(default_factory=HostReadings)
     sources: tuple[SourceStatus, ...] = ()
     source_errors: tuple[tuple[str, int], ...] = ()
     tick_duration_seconds: float = 0.0

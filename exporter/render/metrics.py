@@ -48,23 +48,24 @@ class SnapshotCollector(Collector):
 
 def host_families(snap: Snapshot) -> Iterator[Metric]:
     """Host-wide evidence: disk reads and memory pressure, where their sources are up."""
-    if snap.disk is not None:
+    host = snap.host
+    if host.disk is not None:
         disk = CounterMetricFamily(
             "inference_host_disk_read_bytes",
             "Bytes read from whole disks holding the models (partitions excluded); "
             "the evidence the lifecycle used" + _TICK_NOTE,
         )
-        disk.add_metric([], float(snap.disk.read_bytes))
+        disk.add_metric([], float(host.disk.read_bytes))
         yield disk
-    if snap.memory_pressure is not None:
+    if host.memory_pressure is not None:
         psi = GaugeMetricFamily(
             "inference_host_memory_pressure_ratio",
             "Share of the last 10 s in which some (or, kind=full, all non-idle) tasks stalled "
             "on memory (Linux PSI); near 1 a host OOM kill is close" + _TICK_NOTE,
             labels=["kind"],
         )
-        psi.add_metric(["some"], snap.memory_pressure.some_ratio)
-        psi.add_metric(["full"], snap.memory_pressure.full_ratio)
+        psi.add_metric(["some"], host.memory_pressure.some_ratio)
+        psi.add_metric(["full"], host.memory_pressure.full_ratio)
         yield psi
 
 

@@ -17,6 +17,7 @@ from exporter.core.model import (
     DiskSample,
     FailureReason,
     GpuSample,
+    HostReadings,
     LogClass,
     LogEvent,
     MemoryPressure,
@@ -126,8 +127,10 @@ def snapshot():
         ),
         gpus=gpus,
         foreign_gpu_memory_bytes=((2, GiB),),
-        disk=DiskSample(read_bytes=90 * GiB, devices=("nvme0n1",)),
-        memory_pressure=MemoryPressure(0.25, 0.0625, 12.5, 3.0),
+        host=HostReadings(
+            disk=DiskSample(read_bytes=90 * GiB, devices=("nvme0n1",)),
+            memory_pressure=MemoryPressure(0.25, 0.0625, 12.5, 3.0),
+        ),
         sources=(
             SourceStatus("process", True, 0.0003, target="kimi"),
             SourceStatus("process", True, 0.0002, target="llama"),
