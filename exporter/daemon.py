@@ -37,7 +37,6 @@ from exporter.core.model import (
     SourceStatus,
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
-from exporter.engines import ENGINES
 from exporter.errors import ConfigError, ConfigErrors
 from exporter.history import History
 from exporter.sdnotify import Notifier
@@ -145,8 +144,7 @@ class Daemon:
         self._history_errors = 0
 
     def _watch(self, target: Target) -> _Watched:
-        engine = ENGINES[target.engine]
-        classifier = LogClassifier(engine.log, target.log_patterns)
+        classifier = LogClassifier(target.profile.log, target.log_patterns)
         logs = make_log_source(target, classifier, self.settings.state_directory)
         state = self.history.restore(target.name) or initial_state(target.name)
         return _Watched(

@@ -21,7 +21,6 @@ import psutil
 
 from exporter.config import Target
 from exporter.core.model import ProcessSample
-from exporter.engines import ENGINES
 from exporter.errors import SourceError
 
 log = logging.getLogger(__name__)
@@ -525,7 +524,7 @@ def _make_finder(target: Target, cgroup_root: str) -> _Finder:
         return _PidfileFinder(target.pidfile, target.name)
     if target.cmdline:
         return _CmdlineFinder(target.cmdline)
-    words = ENGINES[target.engine].process_words if target.engine in ENGINES else ""
+    words = target.profile.process_words
     if not words:
         return _PortFinder(target.port)
     # Before the engine listens, its command line names it and its port.
