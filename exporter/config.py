@@ -12,11 +12,11 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, TypeVar
 from urllib.parse import urlsplit
 
 from exporter.core.model import Phase
-from exporter.engines import ENGINES
+from exporter.engines import ENGINES, Engine
 from exporter.engines.profile import LogPatterns
 from exporter.errors import ConfigError, ConfigErrors
 
@@ -24,6 +24,7 @@ DEFAULT_INTERVAL_SECONDS: Final = 1.0
 DEFAULT_STATE_DIRECTORY: Final = "/var/lib/inference-lifecycle-exporter"
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_\-\[\]]+$")
 _LABEL_SAFE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_T = TypeVar("_T")
 _DURATION = re.compile(
     r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*"
     r"(?:(\d+(?:\.\d+)?)s)?\s*(?:(\d+(?:\.\d+)?)ms)?\s*$"
@@ -63,7 +64,11 @@ class StallThresholds:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One watched inference server."""
+    """One watched inference server.
+
+    ``engine`` is the engine's name (labels, JSON); ``profile`` is that engine resolved once,
+    here, so no source looks it up by string again.
+    """
 
     name: str
     engine: str
@@ -84,6 +89,13 @@ class Target:
     api_key_env: str | None = None
     stall: StallThresholds = field(default_factory=StallThresholds)
     log_patterns: LogPatterns = field(default_factory=LogPatterns)
+    profile: Engine = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        engine = ENGINES.get(self.engine)
+        if engine is None:
+            raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
+        object.__setattr__(self, "profile", engine)
 
     @property
     def health_url(self) -> str:
@@ -129,47 +141,94 @@ def parse_duration(value: object) -> float:
     raise ValueError(f"{value!r} is not a duration such as 10s or 1m30s")
 
 
-class _Reader:
-    """Reads one TOML table, collecting problems instead of stopping at the first."""
+class _Table:
+    """One TOML table being read: typed accessors record a problem instead of stopping.
+
+    Every accessor marks its key as seen (see ``reject_unknown``) and returns the type it
+    names; a missing key gives the default, a mistyped one records ``must be ...`` and gives
+    the default too, so reading goes on and one run reports every problem.
+    """
 
     def __init__(
-        self, path: str, errors: list[ConfigError], where: str, table: Mapping[str, Any]
+        self, path: str, errors: list[ConfigError], where: str, table: Mapping[str, object]
     ) -> None:
         self.path, self.errors, self.where, self.table = path, errors, where, table
         self.seen: set[str] = set()
 
-    def _field(self, key: str) -> str:
+    def field_name(self, key: str) -> str:
+        """The dotted name of key in error messages (``target[0].completion``)."""
         # A key from the file may hold anything; quote odd ones so an error stays one line.
         shown = key if _BARE_KEY.match(key) else repr(key)
         return f"{self.where}.{shown}" if self.where else shown
 
     def fail(self, key: str, reason: str) -> None:
         """Record a problem with one key of this table."""
-        self.errors.append(ConfigError(self.path, self._field(key), reason))
+        self.errors.append(ConfigError(self.path, self.field_name(key), reason))
 
-    def get(
-        self,
-        key: str,
-        kind: type | tuple[type, ...],
-        default: Any = None,
-        *,
-        required: bool = False,
-    ) -> Any:
-        """The value of key if it has the expected type, else record a problem."""
+    def sub(self, key: str, table: Mapping[str, object]) -> _Table:
+        """A reader for the nested table under key, reporting into the same list."""
+        return _Table(self.path, self.errors, self.field_name(key), table)
+
+    def _typed(self, key: str, kind: type[_T], *, required: bool = False) -> _T | None:
         self.seen.add(key)
         if key not in self.table:
             if required:
                 self.fail(key, "is required")
-            return default
+            return None
         value = self.table[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(value, bool) and bool not in kinds:
-            self.fail(key, f"must be {_kind_name(kinds)}, not a boolean")
-            return default
-        if not isinstance(value, kinds):
-            self.fail(key, f"must be {_kind_name(kinds)}, not {_toml_type(value)}")
-            return default
+        # bool is an int in Python, never in TOML: ``max_tokens = true`` is a mistake.
+        if isinstance(value, bool) and kind is not bool:
+            self.fail(key, f"must be {_KIND_NAMES[kind]}, not a boolean")
+            return None
+        if not isinstance(value, kind):
+            self.fail(key, f"must be {_KIND_NAMES[kind]}, not {_toml_type(value)}")
+            return None
         return value
+
+    def required_str(self, key: str) -> str | None:
+        """A string that must be present; None (and a problem recorded) otherwise."""
+        return self._typed(key, str, required=True)
+
+    def optional_str(self, key: str) -> str | None:
+        """A string, or None when absent or mistyped."""
+        return self._typed(key, str)
+
+    def str_field(self, key: str, default: str) -> str:
+        """A string with a default."""
+        value = self._typed(key, str)
+        return default if value is None else value
+
+    def int_field(self, key: str, default: int) -> int:
+        """An integer with a default."""
+        value = self._typed(key, int)
+        return default if value is None else value
+
+    def bool_field(self, key: str, default: bool) -> bool:
+        """A boolean with a default."""
+        value = self._typed(key, bool)
+        return default if value is None else value
+
+    def table_field(self, key: str) -> Mapping[str, object]:
+        """A nested table; empty when absent or mistyped."""
+        value: Mapping[str, object] | None = self._typed(key, dict)
+        return {} if value is None else value
+
+    def list_field(self, key: str) -> list[object] | None:
+        """A list of anything (the caller checks the items), or None when absent or mistyped."""
+        value: list[object] | None = self._typed(key, list)
+        return value
+
+    def str_list(self, key: str, rule: Callable[[str], str | None]) -> tuple[str, ...]:
+        """A list of strings, each passing rule; a bad item is reported as ``key[i]``."""
+        good: list[str] = []
+        for i, item in enumerate(self.list_field(key) or ()):
+            if not isinstance(item, str):
+                self.fail(f"{key}[{i}]", "must be a string")
+            elif reason := rule(item):
+                self.fail(f"{key}[{i}]", reason)
+            else:
+                good.append(item)
+        return tuple(good)
 
     def duration(self, key: str, default: float | None) -> float | None:
         """A duration key (number of seconds or "1m30s")."""
@@ -182,7 +241,7 @@ class _Reader:
             self.fail(key, str(exc))
             return default
 
-    def check(self, key: str, value: Any, rule: Callable[[Any], str | None]) -> None:
+    def check(self, key: str, value: _T | None, rule: Callable[[_T], str | None]) -> None:
         """Apply a rule that returns a reason when the value is wrong."""
         if value is not None and (reason := rule(value)):
             self.fail(key, reason)
@@ -194,26 +253,18 @@ class _Reader:
                 self.fail(key, "unknown key")
 
 
-def _kind_name(kinds: tuple[type, ...]) -> str:
-    names = {
-        str: "a string",
-        int: "an integer",
-        float: "a number",
-        bool: "a boolean",
-        list: "a list",
-        dict: "a table",
-    }
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
+_KIND_NAMES: Final[Mapping[type, str]] = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    list: "a list",
+    dict: "a table",
+}
 
 
 def _toml_type(value: object) -> str:
-    return {
-        str: "a string",
-        int: "an integer",
-        float: "a number",
-        list: "a list",
-        dict: "a table",
-    }.get(type(value), type(value).__name__)
+    return _KIND_NAMES.get(type(value), type(value).__name__)
 
 
 def _check_url(value: str) -> str | None:
@@ -243,28 +294,26 @@ def _check_regex(value: str) -> str | None:
     return None
 
 
-def _read_completion(r: _Reader, value: Mapping[str, Any]) -> CompletionProbe | None:
-    c = _Reader(r.path, r.errors, r._field("completion"), value)
-    model = c.get("model", str, required=True)
+def _read_completion(c: _Table) -> CompletionProbe | None:
+    model = c.required_str("model")
     probe = CompletionProbe(
         model=model or "",
-        prompt=c.get("prompt", str, "2+2="),
-        max_tokens=c.get("max_tokens", int, 4),
+        prompt=c.str_field("prompt", "2+2="),
+        max_tokens=c.int_field("max_tokens", 4),
         interval_seconds=c.duration("interval", 30.0) or 30.0,
         timeout_seconds=c.duration("timeout", 10.0) or 10.0,
     )
-    c.check(
-        "max_tokens",
-        probe.max_tokens,
-        lambda v: None if 1 <= v <= 64 else "must be between 1 and 64",
-    )
+    c.check("max_tokens", probe.max_tokens, _between(1, 64))
     c.check("timeout", probe.timeout_seconds, lambda v: None if v > 0 else "must be above 0")
     c.reject_unknown()
     return probe if model else None
 
 
-def _read_stall(r: _Reader, value: Mapping[str, Any]) -> StallThresholds:
-    s = _Reader(r.path, r.errors, r._field("stall"), value)
+def _between(low: int, high: int) -> Callable[[int], str | None]:
+    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+
+
+def _read_stall(s: _Table) -> StallThresholds:
     th = StallThresholds(
         starting=s.duration("starting", None),
         loading=s.duration("loading", None),
@@ -274,45 +323,37 @@ def _read_stall(r: _Reader, value: Mapping[str, Any]) -> StallThresholds:
     return th
 
 
-def _read_patterns(r: _Reader, value: Mapping[str, Any]) -> LogPatterns:
-    p = _Reader(r.path, r.errors, r._field("log"), value)
-    lists: dict[str, tuple[str, ...]] = {}
-    for key in ("benign", "fatal", "markers"):
-        items = p.get(key, list, [])
-        good = []
-        for i, item in enumerate(items):
-            if not isinstance(item, str):
-                p.fail(f"{key}[{i}]", "must be a string")
-            elif reason := _check_regex(item):
-                p.fail(f"{key}[{i}]", reason)
-            else:
-                good.append(item)
-        lists[key] = tuple(good)
-    p.reject_unknown()
-    return LogPatterns(**lists)
-
-
-def _read_target(
-    path: str, errors: list[ConfigError], index: int, table: Mapping[str, Any], interval: float
-) -> Target | None:
-    r = _Reader(path, errors, f"target[{index}]", table)
-    n_errors = len(errors)
-    name = r.get("name", str, required=True)
-    r.check(
-        "name",
-        name,
-        lambda v: (
-            None if _LABEL_SAFE.match(v) else "must be 1-64 characters of letters, digits, _ . : -"
-        ),
+def _read_patterns(p: _Table) -> LogPatterns:
+    patterns = LogPatterns(
+        benign=p.str_list("benign", _check_regex),
+        fatal=p.str_list("fatal", _check_regex),
+        markers=p.str_list("markers", _check_regex),
     )
-    engine_name = r.get("engine", str, "openai")
-    engine = ENGINES.get(engine_name)
+    p.reject_unknown()
+    return patterns
+
+
+def _read_name(r: _Table) -> str | None:
+    name = r.required_str("name")
+    r.check("name", name, _check_label)
+    return name
+
+
+def _check_label(value: str) -> str | None:
+    if _LABEL_SAFE.match(value):
+        return None
+    return "must be 1-64 characters of letters, digits, _ . : -"
+
+
+def _read_engine(r: _Table) -> Engine | None:
+    name = r.str_field("engine", "openai")
+    engine = ENGINES.get(name)
     if engine is None:
-        r.fail("engine", f"unknown engine {engine_name!r}; known: {', '.join(ENGINES)}")
-    base_url = r.get("base_url", str, required=True)
-    r.check("base_url", base_url, _check_url)
-    health_path = r.get("health_path", str, engine.health_path if engine else "/health")
-    r.check("health_path", health_path, _check_path)
+        r.fail("engine", f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+    return engine
+
+
+def _read_probe_timeout(r: _Table, interval: float) -> float | None:
     timeout = r.duration("probe_timeout", min(2.0, interval * 0.8))
     r.check(
         "probe_timeout",
@@ -321,54 +362,98 @@ def _read_target(
             None if 0 < v < interval else f"must be above 0 and below the interval ({interval:g}s)"
         ),
     )
-    completion_table = r.get("completion", dict)
-    finders = {k: r.get(k, str) for k in ("unit", "pidfile", "cmdline")}
-    r.check("cmdline", finders["cmdline"], _check_regex)
-    r.check(
-        "pidfile",
-        finders["pidfile"],
-        lambda v: None if v.startswith("/") else "must be an absolute path",
-    )
-    given = [k for k, v in finders.items() if v]
+    return timeout
+
+
+@dataclass(frozen=True, slots=True)
+class _Finders:
+    """How a target's process and logs are found (at most one of unit, pidfile, cmdline)."""
+
+    unit: str | None
+    pidfile: str | None
+    cmdline: str | None
+    log_file: str | None
+    journal: bool
+
+
+def _read_finders(r: _Table) -> _Finders:
+    unit, pidfile, cmdline = (r.optional_str(k) for k in ("unit", "pidfile", "cmdline"))
+    r.check("cmdline", cmdline, _check_regex)
+    r.check("pidfile", pidfile, lambda v: None if v.startswith("/") else "must be an absolute path")
+    given = [k for k, v in (("unit", unit), ("pidfile", pidfile), ("cmdline", cmdline)) if v]
     if len(given) > 1:
         r.fail(given[1], f"conflicts with {given[0]}: use one of unit, pidfile, cmdline")
-    log_file = r.get("log_file", str)
-    journal = r.get("journal", bool, bool(finders["unit"]) and not log_file)
-    if journal and not finders["unit"]:
+    log_file = r.optional_str("log_file")
+    journal = r.bool_field("journal", bool(unit) and not log_file)
+    if journal and not unit:
         r.fail("journal", "needs unit to know which journal entries are this server's")
-    gpus = r.get("gpus", list)
-    if gpus is not None and not all(isinstance(g, int) and g >= 0 for g in gpus):
+    return _Finders(unit, pidfile, cmdline, log_file, journal)
+
+
+def _read_gpus(r: _Table) -> tuple[int, ...] | None:
+    gpus = r.list_field("gpus")
+    if gpus is None:
+        return None
+    indices = tuple(g for g in gpus if isinstance(g, int) and not isinstance(g, bool) and g >= 0)
+    if len(indices) != len(gpus):
         r.fail("gpus", "must be a list of GPU indices (integers >= 0)")
-        gpus = None
-    api_key_file = r.get("api_key_file", str)
-    api_key_env = r.get("api_key_env", str)
+        return None
+    return indices
+
+
+def _read_api_key(r: _Table) -> tuple[str | None, str | None]:
+    api_key_file = r.optional_str("api_key_file")
+    api_key_env = r.optional_str("api_key_env")
     if api_key_file and api_key_env:
         r.fail("api_key_env", "conflicts with api_key_file: use one")
-    deployment = r.get("deployment", str, "")
-    model = r.get("model", str, "")
-    model_path = r.get("model_path", str)
-    stall_table = r.get("stall", dict, {})
-    log_table = r.get("log", dict, {})
-    completion = _read_completion(r, completion_table) if completion_table else None
-    stall = _read_stall(r, stall_table)
-    patterns = _read_patterns(r, log_table)
+    return api_key_file, api_key_env
+
+
+def _read_target(
+    path: str, errors: list[ConfigError], index: int, table: Mapping[str, object], interval: float
+) -> Target | None:
+    r = _Table(path, errors, f"target[{index}]", table)
+    n_errors = len(errors)
+    # Read in this order: problems are reported in the order the keys are read.
+    name = _read_name(r)
+    engine = _read_engine(r)
+    base_url = r.required_str("base_url")
+    r.check("base_url", base_url, _check_url)
+    health_path = r.str_field("health_path", engine.health_path if engine else "/health")
+    r.check("health_path", health_path, _check_path)
+    timeout = _read_probe_timeout(r, interval)
+    completion_table = r.table_field("completion")
+    finders = _read_finders(r)
+    gpus = _read_gpus(r)
+    api_key_file, api_key_env = _read_api_key(r)
+    deployment = r.str_field("deployment", "")
+    model = r.str_field("model", "")
+    model_path = r.optional_str("model_path")
+    stall_table = r.table_field("stall")
+    log_table = r.table_field("log")
+    # The nested tables' keys last, after every key of the target itself.
+    completion = (
+        _read_completion(r.sub("completion", completion_table)) if completion_table else None
+    )
+    stall = _read_stall(r.sub("stall", stall_table))
+    patterns = _read_patterns(r.sub("log", log_table))
     r.reject_unknown()
-    if len(errors) > n_errors or engine is None:
+    if len(errors) > n_errors or engine is None or name is None or base_url is None:
         return None
     return Target(
         name=name,
-        engine=engine_name,
+        engine=engine.name,
         base_url=base_url,
         health_path=health_path,
         probe_timeout_seconds=timeout or 1.0,
         completion=completion,
-        unit=finders["unit"],
-        pidfile=finders["pidfile"],
-        cmdline=finders["cmdline"],
-        log_file=log_file,
-        journal=journal,
+        unit=finders.unit,
+        pidfile=finders.pidfile,
+        cmdline=finders.cmdline,
+        log_file=finders.log_file,
+        journal=finders.journal,
         model_path=model_path,
-        gpus=tuple(gpus) if gpus is not None else None,
+        gpus=gpus,
         deployment=deployment,
         model=model,
         api_key_file=api_key_file,
@@ -378,29 +463,12 @@ def _read_target(
     )
 
 
-def parse_settings(data: Mapping[str, Any], path: str) -> Settings:
-    """Validate parsed TOML; ``path`` only names the file in error messages.
-
-    Raises:
-        ConfigErrors: one entry per problem found.
-    """
-    errors: list[ConfigError] = []
-    top = _Reader(path, errors, "", data)
-    exporter_table = top.get("exporter", dict, {})
-    target_tables = top.get("target", list, [])
-    top.reject_unknown()
-    ex = _Reader(path, errors, "exporter", exporter_table)
-    interval = ex.duration("interval", DEFAULT_INTERVAL_SECONDS) or DEFAULT_INTERVAL_SECONDS
-    ex.check(
-        "interval", interval, lambda v: None if 0.1 <= v <= 300 else "must be between 100ms and 5m"
-    )
-    state_dir = ex.get("state_directory", str, DEFAULT_STATE_DIRECTORY)
-    nvml = ex.get("nvml", bool, True)
-    nvml_library_dir = ex.get("nvml_library_dir", str)
-    ex.reject_unknown()
+def _read_targets(
+    path: str, errors: list[ConfigError], tables: list[object], interval: float
+) -> tuple[Target, ...]:
     targets: list[Target] = []
     names: dict[str, int] = {}
-    for i, table in enumerate(target_tables):
+    for i, table in enumerate(tables):
         if not isinstance(table, dict):
             errors.append(ConfigError(path, f"target[{i}]", "must be a table ([[target]])"))
             continue
@@ -418,12 +486,36 @@ def parse_settings(data: Mapping[str, Any], path: str) -> Settings:
             continue
         names[target.name] = i
         targets.append(target)
+    return tuple(targets)
+
+
+def parse_settings(data: Mapping[str, object], path: str) -> Settings:
+    """Validate parsed TOML; ``path`` only names the file in error messages.
+
+    Raises:
+        ConfigErrors: one entry per problem found.
+    """
+    errors: list[ConfigError] = []
+    top = _Table(path, errors, "", data)
+    exporter_table = top.table_field("exporter")
+    target_tables = top.list_field("target") or []
+    top.reject_unknown()
+    ex = top.sub("exporter", exporter_table)
+    interval = ex.duration("interval", DEFAULT_INTERVAL_SECONDS) or DEFAULT_INTERVAL_SECONDS
+    ex.check(
+        "interval", interval, lambda v: None if 0.1 <= v <= 300 else "must be between 100ms and 5m"
+    )
+    state_dir = ex.str_field("state_directory", DEFAULT_STATE_DIRECTORY)
+    nvml = ex.bool_field("nvml", True)
+    nvml_library_dir = ex.optional_str("nvml_library_dir")
+    ex.reject_unknown()
+    targets = _read_targets(path, errors, target_tables, interval)
     if errors:
         raise ConfigErrors(errors)
     return Settings(
         interval_seconds=interval,
         state_directory=state_dir,
-        targets=tuple(targets),
+        targets=targets,
         source_path=path,
         nvml=nvml,
         nvml_library_dir=nvml_library_dir,

@@ -47,7 +47,6 @@ from exporter.core.observe import (
     observe,
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
-from exporter.engines import ENGINES
 from exporter.errors import ConfigError, ConfigErrors
 from exporter.history import History
 from exporter.sdnotify import Notifier
@@ -158,7 +157,7 @@ class Daemon:
     def _watch(self, target: Target) -> _Watched:
         saved = self.history.saved_start(target.name)
         state = resume(saved) if saved is not None else initial_state(target.name)
-        classifier = LogClassifier(ENGINES[target.engine].log, target.log_patterns)
+        classifier = LogClassifier(target.profile.log, target.log_patterns)
         return _Watched(
             target=target,
             process=ProcessSource(target),

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
 from exporter.commands.wait import (
     EXIT_USAGE,
@@ -20,6 +20,7 @@ from exporter.commands.wait import (
     phase_label,
     shown_url,
 )
+from exporter.render.status_doc import ColdStartDoc, StatusDoc, TargetDoc
 
 EXIT_OK: Final = 0
 COLUMNS: Final = (
@@ -70,9 +71,9 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def render_table(doc: Mapping[str, Any], *, source: str = "", now: float | None = None) -> str:
+def render_table(doc: StatusDoc, *, source: str = "", now: float | None = None) -> str:
     """The status document as an aligned text table, one row per target."""
-    if not doc.get("ready"):
+    if not doc["ready"]:
         return f"{source or 'the exporter'} has not sampled its targets yet\n"
     if not doc["targets"]:
         return "no targets configured\n"
@@ -81,33 +82,33 @@ def render_table(doc: Mapping[str, Any], *, source: str = "", now: float | None 
     return _align(rows)
 
 
-def target_row(t: Mapping[str, Any], now: float) -> tuple[str, ...]:
+def target_row(t: TargetDoc, now: float) -> tuple[str, ...]:
     """One target's cells, in ``COLUMNS`` order."""
-    ratio = t.get("progress_ratio")
+    ratio = t["progress_ratio"]
     return (
         t["target"],
-        t.get("engine") or "-",
+        t["engine"] or "-",
         phase_label(t),
-        format_duration(t.get("phase_seconds")),
+        format_duration(t["phase_seconds"]),
         f"{ratio:.0%}" if ratio is not None else "-",
-        format_duration(t.get("eta_seconds")),
+        format_duration(t["eta_seconds"]),
         _stall(t),
-        *_last_start(t.get("last_cold_start"), now),
+        *_last_start(t["last_cold_start"], now),
     )
 
 
-def _stall(t: Mapping[str, Any]) -> str:
-    if t.get("stalled"):
-        return f"STALLED {format_duration(t.get('seconds_since_progress'))}"
-    quiet = t.get("seconds_since_progress")
+def _stall(t: TargetDoc) -> str:
+    if t["stalled"]:
+        return f"STALLED {format_duration(t['seconds_since_progress'])}"
+    quiet = t["seconds_since_progress"]
     return f"quiet {format_duration(quiet)}" if quiet is not None and quiet >= 10 else "-"
 
 
-def _last_start(cold: Mapping[str, Any] | None, now: float) -> tuple[str, str]:
+def _last_start(cold: ColdStartDoc | None, now: float) -> tuple[str, str]:
     if not cold:
         return "-", "-"
     ago = format_duration(now - cold["started_at"])
-    outcome = cold["outcome"] + (f" ({cold['reason']})" if cold.get("reason") else "")
+    outcome = cold["outcome"] + (f" ({cold['reason']})" if cold["reason"] else "")
     return f"{ago} ago, {outcome}", format_duration(cold["duration_seconds"])
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -24,6 +24,7 @@ from exporter import __version__
 from exporter.config import CompletionProbe, Target, parse_duration
 from exporter.core.model import ProbeOutcome, ProbeResult
 from exporter.errors import ConfigError
+from exporter.render.status_doc import MalformedStatus, StatusDoc, TargetDoc, parse_status_doc
 from exporter.sources.probe import Prober
 
 log = logging.getLogger(__name__)
@@ -204,17 +205,17 @@ def format_bytes(n: float | None) -> str:
     return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
 
 
-def eta_text(doc: Mapping[str, Any]) -> str:
+def eta_text(doc: TargetDoc) -> str:
     """``ETA 1m05s · usually ready in 10m40s`` from a target's status document."""
     parts = []
-    if doc.get("eta_seconds") is not None:
+    if doc["eta_seconds"] is not None:
         parts.append(f"ETA {format_duration(doc['eta_seconds'])}")
-    typical = doc.get("typical_cold_start_seconds")
-    previous = doc.get("previous_cold_start") or {}
+    typical = doc["typical_cold_start_seconds"]
+    previous = doc["previous_cold_start"]
     if typical is not None:
         parts.append(f"usually ready in {format_duration(typical)}")
-    elif previous.get("outcome") == "ready":
-        parts.append(f"last start took {format_duration(previous.get('duration_seconds'))}")
+    elif previous is not None and previous["outcome"] == "ready":
+        parts.append(f"last start took {format_duration(previous['duration_seconds'])}")
     return " · ".join(parts)
 
 
@@ -225,22 +226,22 @@ def progress_bar(ratio: float | None, width: int, *, unicode: bool = True) -> st
     return full * filled + empty * (width - filled)
 
 
-def gpu_text(doc: Mapping[str, Any]) -> str:
+def gpu_text(doc: TargetDoc) -> str:
     """``GPU 2x 31.2 GiB``: the GPUs holding this target's memory, and the mean per GPU."""
-    used = [g["used_bytes"] for g in doc.get("gpu_memory") or () if g.get("used_bytes")]
+    used = [g["used_bytes"] for g in doc["gpu_memory"] if g["used_bytes"]]
     if not used:
         return ""
     return f"GPU {len(used)}x {format_bytes(sum(used) / len(used))}"
 
 
-def phase_label(doc: Mapping[str, Any]) -> str:
+def phase_label(doc: TargetDoc) -> str:
     """The phase, with ``(stalled)`` when the stall flag is up."""
-    return str(doc["phase"]) + (" (stalled)" if doc.get("stalled") else "")
+    return doc["phase"] + (" (stalled)" if doc["stalled"] else "")
 
 
-def notable_lines(doc: Mapping[str, Any], limit: int = NOTABLE_SHOWN) -> list[str]:
+def notable_lines(doc: TargetDoc, limit: int = NOTABLE_SHOWN) -> list[str]:
     """The last notable log lines, benign noise dropped, as ``HH:MM:SS class text``."""
-    lines = [e for e in doc.get("notable_lines") or () if e.get("class") != "benign"]
+    lines = [e for e in doc["notable_lines"] if e["class"] != "benign"]
     return [
         f"  {time.strftime('%H:%M:%S', time.localtime(e['at']))}  {e['class']:<7} {e['text']}"
         for e in lines[-limit:]
@@ -258,49 +259,48 @@ class Verdict:
     summary: str
 
 
-def judge(doc: Mapping[str, Any], until: str) -> Verdict | None:
+def judge(doc: TargetDoc, until: str) -> Verdict | None:
     """The verdict a target's status document gives, or None to keep waiting."""
     name, phase = doc["target"], doc["phase"]
-    took = format_duration(doc.get("elapsed_seconds"))
+    took = format_duration(doc["elapsed_seconds"])
     if phase in _WANTED[until]:
         return Verdict(EXIT_REACHED, f"{name} is {phase} (cold start took {_start_took(doc)})")
     if phase == "failed":
-        why, reason = doc.get("failure_reason") or "failed", str(doc.get("reason"))
+        why, reason = doc["failure_reason"] or "failed", doc["reason"]
         text = reason if why in reason else f"{why}: {reason}"
         return Verdict(EXIT_FAILED, f"{name} failed after {took}: {text}")
-    if doc.get("stalled"):
+    if doc["stalled"]:
         return Verdict(
             EXIT_FAILED, f"{name} stalled in {phase} after {took}: {doc['stall_reason']}"
         )
     return None
 
 
-def _start_took(doc: Mapping[str, Any]) -> str:
-    timeline = doc.get("timeline") or ()
+def _start_took(doc: TargetDoc) -> str:
+    timeline = doc["timeline"]
     if timeline:
         return format_duration(sum(row["seconds"] for row in timeline))
     return "unknown: already up when the exporter started"
 
 
-def change_line(doc: Mapping[str, Any]) -> str:
+def change_line(doc: TargetDoc) -> str:
     """The line printed when a target's phase changes: ``[   52s] demo ready: reason``."""
-    at = None
-    if doc.get("since") is not None and doc.get("started_at") is not None:
-        at = max(0.0, doc["since"] - doc["started_at"])
-    line = f"[{format_duration(at):>6}] {doc['target']} {phase_label(doc)}: {doc.get('reason')}"
-    if doc.get("stalled") and doc.get("stall_reason"):
+    since, started = doc["since"], doc["started_at"]
+    at = max(0.0, since - started) if since is not None and started is not None else None
+    line = f"[{format_duration(at):>6}] {doc['target']} {phase_label(doc)}: {doc['reason']}"
+    if doc["stalled"] and doc["stall_reason"]:
         line += f" ({doc['stall_reason']})"
     return line
 
 
-def live_line(doc: Mapping[str, Any], read_rate: float | None, *, unicode: bool = True) -> str:
+def live_line(doc: TargetDoc, read_rate: float | None, *, unicode: bool = True) -> str:
     """The terminal's live line: phase, bar, progress, elapsed, GPU memory, read rate, ETA."""
-    ratio = doc.get("progress_ratio")
+    ratio = doc["progress_ratio"]
     parts = [
         f"{doc['target']} {phase_label(doc)}",
         progress_bar(ratio, 20, unicode=unicode),
         f"{ratio:.0%}" if ratio is not None else "",
-        format_duration(doc.get("elapsed_seconds")),
+        format_duration(doc["elapsed_seconds"]),
         gpu_text(doc),
         f"read {format_bytes(read_rate)}/s" if read_rate else "",
         eta_text(doc),
@@ -354,7 +354,7 @@ def _can_encode(out: TextIO, text: str) -> bool:
     return True
 
 
-def _fail(out: _Display, verdict: Verdict, doc: Mapping[str, Any] | None = None) -> int:
+def _fail(out: _Display, verdict: Verdict, doc: TargetDoc | None = None) -> int:
     out.close()
     print(verdict.summary, file=sys.stderr)
     lines = notable_lines(doc) if doc is not None else []
@@ -383,8 +383,8 @@ class StatusClient:
             headers={"User-Agent": f"inference-lifecycle-exporter-wait/{__version__}"},
         )
 
-    def fetch(self) -> dict[str, Any]:
-        """The status document.
+    def fetch(self) -> StatusDoc:
+        """The status document, its shape checked (it comes from the network).
 
         Raises:
             WaitError: the exporter is unreachable, refuses us, or is not an exporter.
@@ -397,7 +397,7 @@ class StatusClient:
         if reply.status_code == 401:
             raise WaitError(f"{where} asks for credentials: pass --url https://USER:PASSWORD@HOST")
         try:
-            doc = reply.json() if reply.status_code == 200 else None
+            doc: object = reply.json() if reply.status_code == 200 else None
         except ValueError:
             doc = None
         if not isinstance(doc, dict) or not isinstance(doc.get("targets"), list):
@@ -405,7 +405,10 @@ class StatusClient:
                 f"{where} answered HTTP {reply.status_code} without the exporter's status "
                 "document: is --url the exporter's address?"
             )
-        return doc
+        try:
+            return parse_status_doc(doc)
+        except MalformedStatus as exc:
+            raise WaitError(f"{where} answered a malformed status document: {exc}") from None
 
     def close(self) -> None:
         """Close the HTTP client."""
@@ -427,18 +430,18 @@ def _unreachable(where: str, exc: httpx.HTTPError) -> str:
     )
 
 
-def find_target(doc: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+def find_target(doc: StatusDoc, name: str) -> TargetDoc | None:
     """The named target's document.
 
     Raises:
         WaitError: the exporter has sampled and has no such target (lists the known ones).
     """
     for t in doc["targets"]:
-        if t.get("target") == name:
-            return dict(t)
-    if not doc.get("ready"):
+        if t["target"] == name:
+            return t
+    if not doc["ready"]:
         return None  # no tick yet: targets appear after the first sample
-    known = ", ".join(sorted(t.get("target", "?") for t in doc["targets"])) or "none configured"
+    known = ", ".join(sorted(t["target"] for t in doc["targets"])) or "none configured"
     raise WaitError(f"no target named {name!r} at the exporter; known targets: {known}")
 
 
@@ -449,9 +452,9 @@ class _ReadRate:
         self._last: tuple[float, int] | None = None
         self.rate: float | None = None
 
-    def update(self, taken_at: float | None, doc: Mapping[str, Any]) -> float | None:
-        process = doc.get("process") or {}
-        read = process.get("read_bytes")
+    def update(self, taken_at: float | None, doc: TargetDoc) -> float | None:
+        process = doc["process"]
+        read = process["read_bytes"] if process is not None else None
         if taken_at is None or read is None:
             self._last, self.rate = None, None
             return None
@@ -477,7 +480,7 @@ class _DaemonWait:
 
     def _loop(self, client: StatusClient) -> int:
         lost_at: float | None = None
-        doc: dict[str, Any] | None = None
+        doc: TargetDoc | None = None
         while True:
             try:
                 status = client.fetch()
@@ -497,11 +500,11 @@ class _DaemonWait:
                 return self._timed_out(doc)
             time.sleep(max(0.0, min(self._args.interval, self._deadline - time.monotonic())))
 
-    def _show(self, status: Mapping[str, Any], doc: dict[str, Any] | None) -> Verdict | None:
+    def _show(self, status: StatusDoc, doc: TargetDoc | None) -> Verdict | None:
         if doc is None:
             self._out.live(f"{self._args.target}: waiting for the exporter's first sample")
             return None
-        key = (doc["phase"], bool(doc.get("stalled")))
+        key = (doc["phase"], doc["stalled"])
         if key != self._shown:
             self._shown = key
             self._out.line(change_line(doc))
@@ -509,18 +512,18 @@ class _DaemonWait:
         self._out.live(live_line(doc, rate, unicode=self._out.unicode))
         return judge(doc, self._args.until)
 
-    def _finish(self, verdict: Verdict, doc: Mapping[str, Any] | None) -> int:
+    def _finish(self, verdict: Verdict, doc: TargetDoc | None) -> int:
         if verdict.code != EXIT_REACHED:
             return _fail(self._out, verdict, doc)
         self._out.line(verdict.summary)
         return verdict.code
 
-    def _timed_out(self, doc: Mapping[str, Any] | None) -> int:
+    def _timed_out(self, doc: TargetDoc | None) -> int:
         name, waited = self._args.target, format_duration(self._args.timeout)
         if doc is None:
             summary = f"{name}: timed out after {waited}; the exporter never sampled it"
         else:
-            ratio = doc.get("progress_ratio")
+            ratio = doc["progress_ratio"]
             where = f"{phase_label(doc)}" + (f" at {ratio:.0%}" if ratio is not None else "")
             summary = f"{name}: timed out after {waited} waiting for {self._args.until}; {where}"
             if doc["phase"] == "ready" and self._args.until == "serving":

@@ -7,17 +7,29 @@ classifier, and no command line, URL credential or API key is ever part of a sna
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from exporter.core.lifecycle import ColdStart, TargetState, Transition
 from exporter.core.model import GpuSample, LogEvent, Phase, ProbeResult
 from exporter.core.snapshot import Snapshot, TargetSnapshot
+from exporter.render.status_doc import (
+    ColdStartDoc,
+    GpuDoc,
+    GpuMemoryDoc,
+    LineDoc,
+    ProbeDoc,
+    ProcessDoc,
+    SourceDoc,
+    StatusDoc,
+    TargetDoc,
+    TimelineRowDoc,
+    TransitionDoc,
+)
 
 #: Startup phases in the order a cold start passes through them (the timeline's order).
 _TIMELINE_ORDER = (Phase.STARTING, Phase.LOADING, Phase.INITIALIZING)
 
 
-def render_status(snap: Snapshot | None) -> dict[str, Any]:
+def render_status(snap: Snapshot | None) -> StatusDoc:
     """The whole status document as plain JSON-ready data."""
     if snap is None:
         return {"ready": False, "targets": [], "sources": [], "gpus": []}
@@ -26,25 +38,26 @@ def render_status(snap: Snapshot | None) -> dict[str, Any]:
         "version": snap.version,
         "taken_at": snap.taken_at,
         "targets": [_target(t, snap.taken_at, snap.gpus) for t in snap.targets],
-        "gpus": [
-            {
-                "gpu": g.index,
-                "uuid": g.uuid,
-                "name": g.name,
-                "up": g.up,
-                "memory_used_bytes": g.memory_used_bytes,
-                "memory_total_bytes": g.memory_total_bytes,
-                "utilization_ratio": g.utilization_ratio,
-                "error": g.error,
-            }
-            for g in snap.gpus
-        ],
+        "gpus": [_gpu(g) for g in snap.gpus],
         "gpu_stale": snap.gpu_stale,
         "foreign_gpu_memory_bytes": {str(i): b for i, b in snap.foreign_gpu_memory_bytes},
         "sources": [
-            {"source": s.source, "target": s.target, "up": s.up, "error": s.error}
+            SourceDoc(source=s.source, target=s.target, up=s.up, error=s.error)
             for s in snap.sources
         ],
+    }
+
+
+def _gpu(g: GpuSample) -> GpuDoc:
+    return {
+        "gpu": g.index,
+        "uuid": g.uuid,
+        "name": g.name,
+        "up": g.up,
+        "memory_used_bytes": g.memory_used_bytes,
+        "memory_total_bytes": g.memory_total_bytes,
+        "utilization_ratio": g.utilization_ratio,
+        "error": g.error,
     }
 
 
@@ -53,7 +66,7 @@ def status_json(snap: Snapshot | None) -> bytes:
     return json.dumps(render_status(snap), separators=(",", ":")).encode()
 
 
-def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> dict[str, Any]:
+def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> TargetDoc:
     s = t.state
     return {
         "target": t.info.name,
@@ -91,10 +104,10 @@ def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> dict[
     }
 
 
-def _timeline(s: TargetState, now: float) -> list[dict[str, Any]]:
+def _timeline(s: TargetState, now: float) -> list[TimelineRowDoc]:
     """This cold start's startup phases in order, the running one measured up to ``now``."""
     done = dict(s.phase_seconds)
-    rows = []
+    rows: list[TimelineRowDoc] = []
     for phase in _TIMELINE_ORDER:
         seconds = done.get(phase)
         running = phase is s.phase and s.phase_since is not None
@@ -114,7 +127,7 @@ def _previous_start(t: TargetSnapshot) -> ColdStart | None:
     return None
 
 
-def _gpu_memory(t: TargetSnapshot, gpus: tuple[GpuSample, ...]) -> list[dict[str, Any]]:
+def _gpu_memory(t: TargetSnapshot, gpus: tuple[GpuSample, ...]) -> list[GpuMemoryDoc]:
     """Per GPU the target uses: its memory there and the card's total."""
     totals = {g.index: g.memory_total_bytes for g in gpus}
     return [
@@ -126,7 +139,7 @@ def _phases(s: TargetState) -> dict[str, float]:
     return {p.value: secs for p, secs in s.phase_seconds}
 
 
-def _process(t: TargetSnapshot) -> dict[str, Any] | None:
+def _process(t: TargetSnapshot) -> ProcessDoc | None:
     p = t.process
     if p is None:
         return None
@@ -139,7 +152,7 @@ def _process(t: TargetSnapshot) -> dict[str, Any] | None:
     }
 
 
-def _probe(r: ProbeResult | None) -> dict[str, Any] | None:
+def _probe(r: ProbeResult | None) -> ProbeDoc | None:
     if r is None:
         return None
     return {
@@ -151,16 +164,16 @@ def _probe(r: ProbeResult | None) -> dict[str, Any] | None:
     }
 
 
-def transition_json(x: Transition) -> dict[str, Any]:
+def transition_json(x: Transition) -> TransitionDoc:
     """One phase change as JSON-ready data (shared with ``replay``)."""
     return {"at": x.at, "from": x.from_phase.value, "to": x.to_phase.value, "reason": x.reason}
 
 
-def _line(e: LogEvent) -> dict[str, Any]:
+def _line(e: LogEvent) -> LineDoc:
     return {"at": e.at, "class": e.cls.value, "text": e.text}
 
 
-def _cold(c: ColdStart | None) -> dict[str, Any] | None:
+def _cold(c: ColdStart | None) -> ColdStartDoc | None:
     if c is None:
         return None
     return {

@@ -26,7 +26,6 @@ import httpx
 from exporter import __version__
 from exporter.config import Target
 from exporter.core.model import ProbeKind, ProbeOutcome, ProbeResult
-from exporter.engines import ENGINES
 from exporter.errors import ConfigError
 from exporter.sources import Scope
 
@@ -315,7 +314,7 @@ class Prober:
         self._target = target
         self._timeout = target.probe_timeout_seconds
         self._cap = max_body_bytes
-        self._completion_path = ENGINES[target.engine].completion_path
+        self._completion_path = target.profile.completion_path
         headers = {
             "User-Agent": f"inference-lifecycle-exporter/{__version__}",
             "Accept": "application/json",

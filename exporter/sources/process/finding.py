@@ -15,7 +15,6 @@ from typing import Final, Protocol
 import psutil
 
 from exporter.config import Target
-from exporter.engines import ENGINES
 from exporter.errors import SourceError
 from exporter.sources.process.procfs import PROC, ProcessError, proc_hides_pids
 
@@ -56,7 +55,7 @@ def make_finder(target: Target, cgroup_root: str) -> Finder:
         return _PidfileFinder(target.pidfile, target.name)
     if target.cmdline:
         return _CmdlineFinder(target.cmdline)
-    words = ENGINES[target.engine].process_words if target.engine in ENGINES else ""
+    words = target.profile.process_words
     if not words:
         return _PortFinder(target.port)
     # Before the engine listens, its command line names it and its port.
