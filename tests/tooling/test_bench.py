@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.bench import QUICK, evaluate_goals, percentile
+from exporter_tooling.bench import QUICK, evaluate_goals, percentile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.integration

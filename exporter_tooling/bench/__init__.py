@@ -254,7 +254,7 @@ def measure(
     Raises:
         BenchError: a process the run needs did not start or answer.
     """
-    from exporter.simnvml import SimulatedNvmlBuildError, build_simulated_nvml
+    from exporter_tooling.fakenvml import SimulatedNvmlBuildError, build_simulated_nvml
 
     started = time.monotonic()
     report: dict[str, Any] = {"host": _host_facts(), "sizes": asdict(sizes)}
@@ -566,7 +566,7 @@ def _farm_targets_toml(ctx: _Context, count: int) -> str:
 @contextlib.contextmanager
 def _farm_exporter(ctx: _Context, name: str, count: int) -> Iterator[_Server]:
     """An exporter watching ``count`` idle trees and ``sizes.gpus`` simulated GPUs, settled."""
-    from exporter.simnvml import write_state
+    from exporter_tooling.fakenvml import write_state
 
     work = ctx.next_dir(f"{name}-gpus")
     state = work / "gpus.state"
@@ -742,7 +742,7 @@ def _run_client(
     spec: dict[str, Any], watch: Callable[[], None] | None = None, every: float = 0.5
 ) -> dict[str, Any]:
     """Run the scrape client in a child process; call ``watch`` every ``every`` s meanwhile."""
-    argv = [sys.executable, "-m", "exporter.bench", json.dumps(spec)]
+    argv = [sys.executable, "-m", "exporter_tooling.bench", json.dumps(spec)]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL) as proc:
         assert proc.stdout is not None  # stdout=PIPE
         while proc.poll() is None:
@@ -821,7 +821,7 @@ def _rss_figures(rss: list[int], server: _Server, scrapes: int) -> dict[str, Any
 def _profile_scrapes(server: _Server, out: Path, sizes: Sizes) -> str:
     spec = {"mode": "concurrent", "port": server.port, "scrapers": 1}
     seconds = max(5.0, sizes.concurrent_seconds)
-    argv = [sys.executable, "-m", "exporter.bench", json.dumps(spec | {"seconds": seconds})]
+    argv = [sys.executable, "-m", "exporter_tooling.bench", json.dumps(spec | {"seconds": seconds})]
     with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL) as client:
         result = _py_spy(server, out, seconds)
         client.wait()
