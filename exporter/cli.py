@@ -39,7 +39,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         "exporter.commands.replay_log",
         "replay an engine log file through the classifier",
     ),
-    "bench": ("exporter_tooling.bench", "measure scrape latency, sampling cost and detection time"),
+    "bench": (
+        "exporter_tooling.bench.command",
+        "measure scrape latency, sampling cost and detection time",
+    ),
     "wait": ("exporter.commands.wait", "wait until a target is ready (replaces curl loops)"),
     "status": ("exporter.commands.status", "print a table of every target's phase and progress"),
 }

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter_tooling.bench import QUICK, evaluate_goals, percentile
+from exporter_tooling.bench.goals import evaluate_goals
+from exporter_tooling.bench.scrape_client import percentile
+from exporter_tooling.bench.sizes import QUICK
 
 ROOT = Path(__file__).resolve().parents[2]
 
