@@ -21,17 +21,12 @@ from exporter_tooling.fakenvml import STATE_ENV, SimulatedNvmlBuildError, build_
 from exporter_tooling.processes import free_port, stop_process
 from exporter_tooling.simulate.gpustate import GpuLoad, render_gpu_state, write_gpu_state
 from exporter_tooling.simulate.launcher import SimulatorFiles, SimulatorSpec, simulator_argv
+from exporter_tooling.simulate.plan import Scenario, SimEngine
 
 log = logging.getLogger(__name__)
-SCENARIOS = (
-    "healthy",
-    "slow",
-    "hang-loading",
-    "hang-initializing",
-    "crash-loading",
-    "oom-initializing",
-    "flap",
-)
+#: The simulator's own scenarios and engines, in its order, so the two commands never differ.
+SCENARIOS = tuple(s.value for s in Scenario)
+ENGINES = tuple(e.value for e in SimEngine)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -45,7 +40,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine",
         default="sglang",
-        choices=["sglang", "vllm", "llamacpp"],
+        choices=ENGINES,
         help="which engine's HTTP semantics and log format to simulate",
     )
     p.add_argument("--gpus", type=int, default=2, help="simulated GPUs (default 2)")
