@@ -1,20 +1,29 @@
 """What the bench reads of the processes it measures: CPU, resident memory, children.
 
-Through psutil, the /proc library the product's sources use, so the bench keeps no parser of its
-own; every reader answers 0 (or no children) for a process that is gone.
+CPU and memory through psutil, the /proc library the product's sources use, so the bench keeps
+no parser of its own; every reader answers 0 (or no children) for a process that is gone.
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
 
 import psutil
 
 
 def children(pid: int) -> list[int]:
-    """Direct children of ``pid``."""
-    try:
-        return [child.pid for child in psutil.Process(pid).children()]
-    except psutil.Error:
-        return []
+    """Direct children of ``pid`` (every thread's), from /proc/PID/task/*/children.
+
+    Not psutil's ``children()``: it reads every process's stat file, a thousand reads at each
+    window edge of a full run on the very box whose CPU is being measured.
+    """
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as f:
+                found.extend(int(word) for word in f.read().split())
+    return found
 
 
 def cpu_seconds(pid: int) -> float:
