@@ -28,8 +28,8 @@ demo: $(VENV)/.installed-demo
 	$(BIN)/inference-lifecycle-exporter demo
 
 lint: $(VENV)/.installed-test
-	$(BIN)/python -m ruff check exporter tests
-	$(BIN)/python -m ruff format --check exporter tests
+	$(BIN)/python -m ruff check exporter exporter_tooling tests
+	$(BIN)/python -m ruff format --check exporter exporter_tooling tests
 	$(BIN)/python -m mypy
 
 real-engines: $(VENV)/.installed-test

@@ -31,15 +31,18 @@ EXIT_USAGE: Final = 2
 COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "run": ("exporter.cli", "run the exporter daemon (the default)"),
     "check-config": ("exporter.cli", "validate a config file and exit"),
-    "demo": ("exporter.demo", "run the exporter against a simulated cold-starting engine"),
-    "simulate": ("exporter.simulate", "run a simulated cold-starting inference engine"),
+    "demo": ("exporter_tooling.demo", "run the exporter against a simulated cold-starting engine"),
+    "simulate": ("exporter_tooling.simulate", "run a simulated cold-starting inference engine"),
     "record": ("exporter.commands.replay", "record observations per tick to a JSONL trace"),
     "replay": ("exporter.commands.replay", "replay a recorded trace through the lifecycle core"),
     "replay-log": (
         "exporter.commands.replay_log",
         "replay an engine log file through the classifier",
     ),
-    "bench": ("exporter.bench", "measure scrape latency, sampling cost and detection time"),
+    "bench": (
+        "exporter_tooling.bench.command",
+        "measure scrape latency, sampling cost and detection time",
+    ),
     "wait": ("exporter.commands.wait", "wait until a target is ready (replaces curl loops)"),
     "status": ("exporter.commands.status", "print a table of every target's phase and progress"),
 }

@@ -10,10 +10,18 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "exporter"
-MODULES = {
-    ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
-    for p in PACKAGE.rglob("*.py")
-}
+TOOLING = PACKAGE.parent / "exporter_tooling"
+
+
+def modules_of(package: Path) -> dict[str, Path]:
+    return {
+        ".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in package.rglob("*.py")
+    }
+
+
+MODULES = modules_of(PACKAGE)
+TOOLING_MODULES = modules_of(TOOLING)
 
 
 def imports_of(path: Path) -> set[str]:
@@ -102,9 +110,29 @@ def test_only_the_shell_imports_sources():
         "exporter.daemon",
         "exporter.cli",
         "exporter.commands.wait",
-        "exporter.bench",
         "exporter.commands.replay",
     }
+
+
+def test_the_product_never_imports_its_tooling():
+    # The CLI's command table names tooling modules by string and imports them lazily.
+    users = importers_of("exporter_tooling")
+    assert not users, f"{sorted(users)} import exporter_tooling"
+
+
+def test_the_product_ships_no_c_source():
+    assert not list(PACKAGE.rglob("*.c"))
+
+
+@pytest.mark.parametrize("part", ["exporter_tooling.simulate", "exporter_tooling.fakenvml"])
+def test_the_simulator_and_fake_nvml_never_import_the_product(part):
+    # They are what the exporter watches, not the watcher: nothing of the product in them.
+    bad = {
+        m: sorted(i for i in imports_of(p) if i == "exporter" or i.startswith("exporter."))
+        for m, p in TOOLING_MODULES.items()
+        if m == part or m.startswith(part + ".")
+    }
+    assert not {m: i for m, i in bad.items() if i}
 
 
 def test_importing_the_package_has_no_side_effects():

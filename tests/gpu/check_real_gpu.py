@@ -19,8 +19,8 @@ from pathlib import Path
 from exporter.core.model import GpuReading
 from exporter.core.observe import attribute_gpu_memory
 from exporter.errors import SourceError
-from exporter.simnvml import STATE_ENV, build_simulated_nvml, write_state
 from exporter.sources.gpu import GpuSource
+from exporter_tooling.fakenvml import STATE_ENV, build_simulated_nvml, write_state
 
 # The child tries torch, then the CUDA runtime, then the driver API (libcuda ships with the
 # driver, so the last one works on any host where NVML does).

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,13 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter_tooling.processes import free_port
+from exporter_tooling.processes import stop_process as stop
+from exporter_tooling.simulate.launcher import (
+    SimulatorFiles,
+    SimulatorSpec,
+    ready_time,
+    simulator_argv,
+)
+
+__all__ = ["ROOT", "Exporter", "Simulator", "exporter", "free_port", "simulator", "stop"]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -31,21 +33,25 @@ class Simulator:
     """A ``simulate`` process (started by ``launch()``) and the files it writes."""
 
     port: int
-    work: Path
+    files: SimulatorFiles
     command: list[str]
     proc: subprocess.Popen[str] | None = None
 
     @property
+    def work(self) -> Path:
+        return self.files.directory
+
+    @property
     def log_file(self) -> Path:
-        return self.work / "engine.log"
+        return self.files.log_file
 
     @property
     def pid_file(self) -> Path:
-        return self.work / "engine.pid"
+        return self.files.pid_file
 
     @property
     def gpu_state(self) -> Path:
-        return self.work / "gpus.state"
+        return self.files.gpu_state
 
     def launch(self) -> None:
         """Start the simulator process."""
@@ -57,8 +63,8 @@ class Simulator:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
-            if line.startswith("SIMULATOR ready_at="):
-                return float(line.split()[1].split("=")[1])
+            if (ready := ready_time(line)) is not None:
+                return ready
             if not line and self.proc.poll() is not None:
                 break
         raise AssertionError("simulator never became ready")
@@ -90,26 +96,19 @@ def simulator(
     """A simulator on a free port; with ``launch=False`` call ``sim.launch()`` yourself, e.g.
     once an exporter already watches its port, so the whole cold start is seen."""
     port = free_port()
-    sim_dir = work / f"sim-{port}"
-    (sim_dir / "weights").mkdir(parents=True)
-    flags = {
-        "--port": port,
-        "--engine": engine,
-        "--scenario": scenario,
-        "--weights-mb": weights_mb,
-        "--read-mbps": read_mbps,
-        "--start-seconds": start_seconds,
-        "--init-seconds": init_seconds,
-        "--gpus": gpus,
-        "--gpu-state-file": sim_dir / "gpus.state",
-        "--log-file": sim_dir / "engine.log",
-        "--pid-file": sim_dir / "engine.pid",
-        "--work-dir": sim_dir / "weights",
-    }
-    cmd = [sys.executable, "-m", "exporter", "simulate"]
-    for flag, value in flags.items():
-        cmd += [flag, str(value)]
-    sim = Simulator(port, sim_dir, [*cmd, *(extra or [])])
+    files = SimulatorFiles(work / f"sim-{port}").create()
+    spec = SimulatorSpec(
+        port=port,
+        scenario=scenario,
+        engine=engine,
+        weights_mb=weights_mb,
+        read_mbps=read_mbps,
+        start_seconds=start_seconds,
+        init_seconds=init_seconds,
+        gpus=gpus,
+        extra=tuple(extra or ()),
+    )
+    sim = Simulator(port, files, simulator_argv(spec, files))
     if launch:
         sim.launch()
     try:
@@ -119,16 +118,6 @@ def simulator(
             stop(sim.proc)
             if sim.proc.stdout:
                 sim.proc.stdout.close()
-
-
-def stop(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def target_toml(
@@ -148,7 +137,7 @@ base_url = "http://127.0.0.1:{sim.port}"
 probe_timeout = "{interval * 0.8:.3f}s"
 pidfile = "{sim.pid_file}"
 log_file = "{sim.log_file}"
-model_path = "{sim.work / "weights"}"
+model_path = "{sim.files.weights}"
 """
     if completion:
         text += f'[target.completion]\nmodel = "m"\ninterval = "{interval * 2:.3f}s"\n'

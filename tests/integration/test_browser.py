@@ -24,7 +24,7 @@ from exporter.core.lifecycle import ColdStart, initial_state
 from exporter.core.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.render.page import page_csp
-from exporter.simnvml import build_simulated_nvml
+from exporter_tooling.fakenvml import build_simulated_nvml
 from tests.integration.harness import ROOT, Simulator, exporter, simulator, stop, target_toml
 from tests.render.test_page import page_server
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from exporter.simnvml import build_simulated_nvml
+from exporter_tooling.fakenvml import build_simulated_nvml
 from tests.integration.harness import exporter, simulator, target_toml
 
 pytestmark = pytest.mark.integration

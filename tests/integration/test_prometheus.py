@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.simnvml import build_simulated_nvml, write_state
+from exporter_tooling.fakenvml import build_simulated_nvml, write_state
 from tests.integration.harness import (
     ROOT,
     Exporter,

@@ -21,8 +21,8 @@ import pytest
 from exporter.core.model import GpuProcess, GpuReading, GpuSample
 from exporter.core.observe import attribute_gpu_memory
 from exporter.errors import SourceError
-from exporter.simnvml import STATE_ENV, build_simulated_nvml, write_state
 from exporter.sources.gpu import GpuSource
+from exporter_tooling.fakenvml import STATE_ENV, build_simulated_nvml, write_state
 from tests.gpu.check_real_gpu import first_reading as eventually
 
 GIB = 1 << 30

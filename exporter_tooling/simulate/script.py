@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from exporter.simulate.plan import SimEngine
+from exporter_tooling.simulate.plan import SimEngine
 
 
 class Scope(enum.StrEnum):

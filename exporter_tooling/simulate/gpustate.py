@@ -6,7 +6,6 @@ Owns the state-file format and its atomic rewrite; knows nothing of phases or HT
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -14,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from exporter.simulate.plan import MIB
+from exporter_tooling.fakenvml.state import gpu_line, proc_line, write_atomically
+from exporter_tooling.simulate.plan import MIB
 
 log = logging.getLogger(__name__)
 
@@ -81,19 +81,17 @@ def render_gpu_state(gpus: int, owners: Sequence[int], load: GpuLoad, weights_by
     """
     used = used_bytes(load, weights_bytes)
     lines = [
-        f"gpu {i} {gpu_uuid(i)} {GPU_NAME} {GPU_TOTAL_BYTES} {used} {load.util} {load.mem_util}"
+        gpu_line(i, gpu_uuid(i), GPU_NAME, GPU_TOTAL_BYTES, used, load.util, load.mem_util)
         for i in range(gpus)
     ]
     if used > 0:
-        lines += [f"proc {i} {pid} {used}" for i, pid in enumerate(owners[:gpus])]
+        lines += [proc_line(i, pid, used) for i, pid in enumerate(owners[:gpus])]
     return "\n".join(lines) + "\n"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so a reader never sees a half-written file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="ascii")
-    os.replace(tmp, path)
+def write_gpu_state(path: Path, text: str) -> None:
+    """Replace the state file with ``text`` so the fake library never reads half of it."""
+    write_atomically(path, text.encode("ascii"))
 
 
 class GpuStatePublisher:
@@ -131,13 +129,13 @@ class GpuStatePublisher:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2)
-        write_atomically(self._path, render_gpu_state(self._gpus, [], GpuLoad(), self._weights))
+        write_gpu_state(self._path, render_gpu_state(self._gpus, [], GpuLoad(), self._weights))
 
     def _publish(self) -> None:
         load, owners = self._current()
         text = render_gpu_state(self._gpus, owners, load, self._weights)
         if text != self._written:  # an unchanged state costs no write: a hang stays idle
-            write_atomically(self._path, text)
+            write_gpu_state(self._path, text)
             self._written = text
 
     def _loop(self) -> None:

@@ -1,7 +1,8 @@
 """The simulated engine: real processes on loopback, watched the way the exporter will watch them.
 
-Most tests start ``python -m exporter.simulate`` with a short schedule (8 MiB at 12 MiB/s, init 1 s)
-and observe it from outside: HTTP probes, /proc via psutil, the GPU state file, the log file.
+Most tests start ``python -m exporter_tooling.simulate`` with a short schedule (8 MiB at 12 MiB/s,
+init 1 s) and observe it from outside: HTTP probes, /proc via psutil, the GPU state file, the log
+file.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import httpx
 import psutil
 import pytest
 
-from exporter.simulate.gpustate import (
+from exporter_tooling.processes import free_port
+from exporter_tooling.simulate.gpustate import (
     CUDA_GRAPH_BYTES,
     KV_CACHE_BYTES,
     GpuLoad,
@@ -32,11 +34,11 @@ from exporter.simulate.gpustate import (
     used_bytes,
     weights_on_gpu,
 )
-from exporter.simulate.plan import ALIGN, MIB, SimEngine, shard_sizes, weight_layout
-from exporter.simulate.script import SCRIPTS, shard_bar
-from exporter.simulate.server import LOADING_BODY, Health, respond
+from exporter_tooling.simulate.plan import ALIGN, MIB, SimEngine, shard_sizes, weight_layout
+from exporter_tooling.simulate.script import SCRIPTS, shard_bar
+from exporter_tooling.simulate.server import LOADING_BODY, Health, respond
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS_MB = 8
 WEIGHTS = WEIGHTS_MB * MIB
 FAST = ("--weights-mb", str(WEIGHTS_MB), "--read-mbps", "12", "--start-seconds", "0.3")
@@ -48,12 +50,6 @@ Outcome = tuple[object, str]  # ("refused", "") or (status, body)
 
 
 # --- helpers ----------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -103,7 +99,7 @@ class Sim:
             *flags,
         ]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter.simulate", *args],
+            [sys.executable, "-m", "exporter_tooling.simulate", *args],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -629,7 +625,7 @@ def test_pid_file_names_the_main_process(tmp_path: Path) -> None:
 )
 def test_bad_flags_exit_2_with_one_clear_line(flags: tuple[str, ...], message: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "exporter.simulate", "--port", "1", *flags],
+        [sys.executable, "-m", "exporter_tooling.simulate", "--port", "1", *flags],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -649,7 +645,7 @@ def test_port_in_use_exits_2_naming_the_flag(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "exporter.simulate",
+                "exporter_tooling.simulate",
                 "--port",
                 str(port),
                 "--work-dir",

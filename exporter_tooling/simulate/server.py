@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Final
 
-from exporter.simulate.plan import SimEngine
+from exporter_tooling.simulate.plan import SimEngine
 
 #: Called after each request with (method, path, client address, status); writes the access line.
 RequestHook = Callable[[str, str, str, int], None]

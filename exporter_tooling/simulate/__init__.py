@@ -15,8 +15,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from exporter.simulate.coldstart import ColdStart, SimulatorError
-from exporter.simulate.plan import Scenario, SimConfig, SimEngine
+from exporter_tooling.simulate.coldstart import ColdStart, SimulatorError
+from exporter_tooling.simulate.plan import Scenario, SimConfig, SimEngine
 
 _EPILOG = """\
 exit codes:
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m exporter.simulate``: the subcommand without the CLI around it."""
+    """``python -m exporter_tooling.simulate``: the subcommand without the CLI around it."""
     parser = argparse.ArgumentParser(prog="inference-lifecycle-exporter simulate")
     configure_parser(parser)
     return run(parser.parse_args(argv))

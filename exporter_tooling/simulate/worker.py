@@ -1,9 +1,9 @@
 """The simulated engine's worker process: one tensor-parallel rank, run by the main process.
 
-Started as ``python -m exporter.simulate.worker PLAN_JSON``. It reads its share of the weights at a
-set rate, bypassing the page cache so the reads show in its ``/proc/PID/io`` ``read_bytes``, keeps
-what it read (RSS grows), reports progress on stdout and idles until stdin closes. It never writes
-engine log lines; the main process does.
+Started as ``python -m exporter_tooling.simulate.worker PLAN_JSON``. It reads its share of the
+weights at a set rate, bypassing the page cache so the reads show in its ``/proc/PID/io``
+``read_bytes``, keeps what it read (RSS grows), reports progress on stdout and idles until stdin
+closes. It never writes engine log lines; the main process does.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
-from exporter.simulate.plan import ALIGN, WorkerPlan, chunk_size
+from exporter_tooling.simulate.plan import ALIGN, WorkerPlan, chunk_size
 
 #: prctl(2) option: signal this process when its parent dies.
 _PR_SET_PDEATHSIG: Final = 1

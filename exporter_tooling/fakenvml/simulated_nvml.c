@@ -25,7 +25,8 @@
  *                                   which the binding reads with a 24-byte stride (nvitop#79)
  *
  * A missing symbol cannot be toggled at run time: build with -DNO_V3 (and -DNO_V2) for drivers
- * without nvmlDeviceGetComputeRunningProcesses_v3 (_v2). exporter/simnvml.py builds the variants.
+ * without nvmlDeviceGetComputeRunningProcesses_v3 (_v2). exporter_tooling/fakenvml/build.py
+ * builds the variants.
  */
 #include <signal.h>
 #include <stdio.h>

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter.bench import QUICK, evaluate_goals, percentile
+from exporter_tooling.bench.goals import evaluate_goals
+from exporter_tooling.bench.scrape_client import percentile
+from exporter_tooling.bench.sizes import QUICK
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.integration

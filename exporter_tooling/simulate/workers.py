@@ -1,6 +1,6 @@
 """The main process's handles on its worker processes: start them, feed them, follow progress.
 
-The worker program itself is ``exporter.simulate.worker``; this module only talks to it.
+The worker program itself is ``exporter_tooling.simulate.worker``; this module only talks to it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 from typing import IO
 
-import exporter
-from exporter.simulate.plan import WorkerPlan
+import exporter_tooling
+from exporter_tooling.simulate.plan import WorkerPlan
 
 
 class Worker:
@@ -29,10 +29,10 @@ class Worker:
         self.bytes_read = 0
         self.segments_done = 0
         env = dict(os.environ)
-        package_root = str(Path(exporter.__file__).resolve().parents[1])
+        package_root = str(Path(exporter_tooling.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter.simulate.worker", plan.to_json()],
+            [sys.executable, "-m", "exporter_tooling.simulate.worker", plan.to_json()],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -19,7 +19,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Final, TextIO
 
-from exporter.simulate.gpustate import (
+from exporter_tooling.simulate.gpustate import (
     CUDA_GRAPH_BYTES,
     GIB,
     GPU_TOTAL_BYTES,
@@ -28,8 +28,8 @@ from exporter.simulate.gpustate import (
     GpuStatePublisher,
     weights_on_gpu,
 )
-from exporter.simulate.plan import MIB, Segment, SimConfig, WorkerPlan, weight_layout
-from exporter.simulate.script import (
+from exporter_tooling.simulate.plan import MIB, Segment, SimConfig, WorkerPlan, weight_layout
+from exporter_tooling.simulate.script import (
     SCRIPTS,
     Effect,
     Say,
@@ -38,8 +38,8 @@ from exporter.simulate.script import (
     render,
     shard_bar,
 )
-from exporter.simulate.server import Health, SimServer, health_paths
-from exporter.simulate.workers import Worker
+from exporter_tooling.simulate.server import Health, SimServer, health_paths
+from exporter_tooling.simulate.workers import Worker
 
 log = logging.getLogger(__name__)
 

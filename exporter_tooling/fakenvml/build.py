@@ -15,18 +15,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
+from exporter_tooling.fakenvml.state import write_atomically
+
 log = logging.getLogger(__name__)
 
 LIBRARY_NAME: Final = "libnvidia-ml.so.1"
-#: Env variable naming the state file the simulated library reads on every call.
-STATE_ENV: Final = "SIMULATED_NVML_STATE"
-
 #: Build variants: extra compiler flags that remove symbols older drivers lack.
 VARIANTS: Final[dict[str, tuple[str, ...]]] = {
     "default": (),
     "no_v3": ("-DNO_V3",),
     "no_v3_v2": ("-DNO_V3", "-DNO_V2"),
 }
+_SOURCE: Final = "simulated_nvml.c"
 _CFLAGS: Final = ("-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC")
 
 
@@ -50,7 +50,7 @@ def build_simulated_nvml(out_dir: Path, *, variant: str = "default") -> Path:
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown simulated NVML variant {variant!r}; known: {sorted(VARIANTS)}")
-    source = resources.files("exporter").joinpath("simulated_nvml.c").read_bytes()
+    source = resources.files("exporter_tooling.fakenvml").joinpath(_SOURCE).read_bytes()
     flags = (*_CFLAGS, *VARIANTS[variant])
     digest = hashlib.sha256(source + "\0".join(flags).encode()).hexdigest()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -59,7 +59,7 @@ def build_simulated_nvml(out_dir: Path, *, variant: str = "default") -> Path:
     if library.exists() and stamp.exists() and stamp.read_text() == digest:
         return library
     _compile(source, flags, library)
-    _write_atomically(stamp, digest.encode())
+    write_atomically(stamp, digest.encode())
     log.debug("built simulated nvml path=%s variant=%s", library, variant)
     return library
 
@@ -69,7 +69,7 @@ def _compile(source: bytes, flags: tuple[str, ...], library: Path) -> None:
     if compiler is None:
         raise SimulatedNvmlBuildError("no C compiler: install gcc (Debian: apt-get install gcc)")
     with tempfile.TemporaryDirectory(dir=library.parent) as work:
-        source_path = Path(work) / "simulated_nvml.c"
+        source_path = Path(work) / _SOURCE
         source_path.write_bytes(source)
         built = Path(work) / LIBRARY_NAME
         result = subprocess.run(
@@ -81,20 +81,3 @@ def _compile(source: bytes, flags: tuple[str, ...], library: Path) -> None:
         if result.returncode != 0:
             raise SimulatedNvmlBuildError(f"cc failed: {result.stderr.strip()[:2000]}")
         os.replace(built, library)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(temp, path)
-
-
-def write_state(path: Path, lines: list[str]) -> None:
-    """Replace the simulated NVML state file atomically (the library re-reads it every call).
-
-    Args:
-        path: the file named by ``SIMULATED_NVML_STATE``.
-        lines: ``gpu``/``proc``/fault lines as documented at the top of simulated_nvml.c.
-    """
-    _write_atomically(path, "".join(f"{line}\n" for line in lines).encode())

@@ -10,27 +10,23 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
 
 from exporter.cli import add_web_and_log_flags, configure_logging, serve
 from exporter.config import CompletionProbe, Settings, Target
-from exporter.simulate.gpustate import GpuLoad, render_gpu_state, write_atomically
+from exporter_tooling.fakenvml import STATE_ENV, SimulatedNvmlBuildError, build_simulated_nvml
+from exporter_tooling.processes import free_port, stop_process
+from exporter_tooling.simulate.gpustate import GpuLoad, render_gpu_state, write_gpu_state
+from exporter_tooling.simulate.launcher import SimulatorFiles, SimulatorSpec, simulator_argv
+from exporter_tooling.simulate.plan import Scenario, SimEngine
 
 log = logging.getLogger(__name__)
-SCENARIOS = (
-    "healthy",
-    "slow",
-    "hang-loading",
-    "hang-initializing",
-    "crash-loading",
-    "oom-initializing",
-    "flap",
-)
+#: The simulator's own scenarios and engines, in its order, so the two commands never differ.
+SCENARIOS = tuple(s.value for s in Scenario)
+ENGINES = tuple(e.value for e in SimEngine)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -44,7 +40,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine",
         default="sglang",
-        choices=["sglang", "vllm", "llamacpp"],
+        choices=ENGINES,
         help="which engine's HTTP semantics and log format to simulate",
     )
     p.add_argument("--gpus", type=int, default=2, help="simulated GPUs (default 2)")
@@ -56,16 +52,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     add_web_and_log_flags(p)
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def demo_settings(
-    work: Path, port: int, interval: float, engine: str, nvml_dir: str | None
+    files: SimulatorFiles, port: int, interval: float, engine: str, nvml_dir: str | None
 ) -> Settings:
     """The config the demo runs with: one target named ``demo`` watching the simulator."""
     target = Target(
@@ -75,58 +63,36 @@ def demo_settings(
         health_path="/health",
         probe_timeout_seconds=min(0.8, interval * 0.8),
         completion=CompletionProbe(model="demo", prompt="2+2=", max_tokens=4, interval_seconds=5.0),
-        pidfile=str(work / "engine.pid"),
-        log_file=str(work / "engine.log"),
-        model_path=str(work / "weights"),
+        pidfile=str(files.pid_file),
+        log_file=str(files.log_file),
+        model_path=str(files.weights),
         deployment="demo",
         model="simulated-70b",
     )
     return Settings(
         interval_seconds=interval,
-        state_directory=str(work / "state"),
+        state_directory=str(files.directory / "state"),
         targets=(target,),
         nvml=nvml_dir is not None,
         nvml_library_dir=nvml_dir,
     )
 
 
-def simulator_command(args: argparse.Namespace, work: Path, port: int) -> list[str]:
-    """The ``simulate`` command line the demo runs."""
-    return [
-        sys.executable,
-        "-m",
-        "exporter",
-        "simulate",
-        "--port",
-        str(port),
-        "--engine",
-        args.engine,
-        "--scenario",
-        args.scenario,
-        "--weights-mb",
-        str(args.weights_mb),
-        "--read-mbps",
-        str(args.read_mbps),
-        "--start-seconds",
-        str(args.start_seconds),
-        "--init-seconds",
-        str(args.init_seconds),
-        "--log-file",
-        str(work / "engine.log"),
-        "--pid-file",
-        str(work / "engine.pid"),
-        "--gpus",
-        str(args.gpus),
-        "--gpu-state-file",
-        str(work / "gpus.state"),
-        "--work-dir",
-        str(work / "weights"),
-    ]
+def simulator_spec(args: argparse.Namespace, port: int) -> SimulatorSpec:
+    """What the demo's simulated engine does, from the demo's flags."""
+    return SimulatorSpec(
+        port=port,
+        scenario=args.scenario,
+        engine=args.engine,
+        weights_mb=args.weights_mb,
+        read_mbps=args.read_mbps,
+        start_seconds=args.start_seconds,
+        init_seconds=args.init_seconds,
+        gpus=args.gpus,
+    )
 
 
 def _build_nvml(work: Path) -> str | None:
-    from exporter.simnvml import SimulatedNvmlBuildError, build_simulated_nvml
-
     try:
         return str(build_simulated_nvml(work / "nvml").parent)
     except SimulatedNvmlBuildError as exc:
@@ -134,32 +100,21 @@ def _build_nvml(work: Path) -> str | None:
         return None
 
 
-def _stop_engine(sim: subprocess.Popen[bytes]) -> None:
-    sim.terminate()
-    try:
-        sim.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        sim.kill()
-        sim.wait()
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the simulator and the exporter until Ctrl-C."""
     configure_logging(args.log_level, args.log_format)
-    work = Path(tempfile.mkdtemp(prefix="inference-lifecycle-demo-"))
-    (work / "weights").mkdir()
+    files = SimulatorFiles(Path(tempfile.mkdtemp(prefix="inference-lifecycle-demo-"))).create()
     port = free_port()
-    nvml_dir = _build_nvml(work)
-    settings = demo_settings(work, port, args.interval, args.engine, nvml_dir)
+    nvml_dir = _build_nvml(files.directory)
+    settings = demo_settings(files, port, args.interval, args.engine, nvml_dir)
     # The host's GPUs exist, idle, before any engine starts (NVML enumerates them at init).
-    write_atomically(work / "gpus.state", render_gpu_state(args.gpus, [], GpuLoad(), 0))
+    write_gpu_state(files.gpu_state, render_gpu_state(args.gpus, [], GpuLoad(), 0))
     engines: list[subprocess.Popen[bytes]] = []
 
     def start_engine() -> None:
         # After the exporter's first tick, so the whole cold start is watched from "down".
-        engines.append(
-            subprocess.Popen(simulator_command(args, work, port), stdout=subprocess.DEVNULL)
-        )
+        argv = simulator_argv(simulator_spec(args, port), files)
+        engines.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))
 
     listen = args.listen_address
     shown = listen if not listen.startswith(":") else "localhost" + listen
@@ -177,10 +132,10 @@ def run(args: argparse.Namespace) -> int:
             listen,
             args.web_config_file,
             stop=threading.Event(),
-            gpu_env={"SIMULATED_NVML_STATE": str(work / "gpus.state")},
+            gpu_env={STATE_ENV: str(files.gpu_state)},
             on_first_tick=start_engine,
         )
     finally:
         for sim in engines:
-            _stop_engine(sim)
-        shutil.rmtree(work, ignore_errors=True)
+            stop_process(sim)
+        shutil.rmtree(files.directory, ignore_errors=True)

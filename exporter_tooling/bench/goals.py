@@ -1,0 +1,97 @@
+"""The goals of the performance issue, judged against a report's figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter_tooling.bench.records import (
+    GoalRecord,
+    ReadySection,
+    Report,
+    SamplingSection,
+    ScrapeSection,
+    ServerFigures,
+    StallSection,
+)
+from exporter_tooling.bench.sizes import Sizes
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """One goal of the performance issue and how this run did against it."""
+
+    name: str
+    measured: float | None
+    limit: float
+    unit: str
+    at_most: bool = True
+
+    @property
+    def met(self) -> bool | None:
+        """Whether the measurement is within the limit; None when it was not measured."""
+        if self.measured is None:
+            return None
+        return self.measured <= self.limit if self.at_most else self.measured >= self.limit
+
+    def record(self) -> GoalRecord:
+        """The goal as the report writes it."""
+        return {
+            "name": self.name,
+            "measured": self.measured,
+            "limit": self.limit,
+            "unit": self.unit,
+            "at_most": self.at_most,
+            "met": self.met,
+        }
+
+
+def evaluate_goals(report: Report, sizes: Sizes) -> list[GoalRecord]:
+    """The goals of the issue against this report's figures (those of skipped sections: None)."""
+    goals = _scrape_goals(report.get("scrape")) + _sampling_goals(report.get("sampling"), sizes)
+    goals += _detection_goals(report.get("ready"), report.get("stall"))
+    return [g.record() for g in goals]
+
+
+def _scrape_goals(scrape: ScrapeSection | None) -> list[Goal]:
+    # Read part by part: a run may have skipped the section or failed to measure a part of it.
+    ours: ServerFigures = scrape["exporter"] if scrape else {}
+    seq, conc = ours.get("sequential"), ours.get("concurrent")
+    memory = ours.get("memory") or {}
+    return [
+        Goal("scrape p99, sequential", seq.get("p99_ms") if seq else None, 1.0, "ms"),
+        Goal(
+            "node_exporter p50 / ours (times faster)",
+            scrape.get("node_over_exporter_p50") if scrape else None,
+            5.0,
+            "x",
+            at_most=False,
+        ),
+        Goal(
+            "slowest scrape, concurrent scrapers", conc.get("max_ms") if conc else None, 100, "ms"
+        ),
+        Goal("RSS after the scrapes", memory.get("rss_max_mib"), 40.0, "MiB"),
+        Goal("RSS growth over the scrapes", memory.get("rss_growth_after_warmup_mib"), 1.0, "MiB"),
+    ]
+
+
+def _sampling_goals(sampling: SamplingSection | None, sizes: Sizes) -> list[Goal]:
+    measured = sampling.get("cpu_percent_of_core") if sampling else None
+    name = f"sampling CPU, {sizes.sampling_targets} targets x {sizes.procs_per_target} processes"
+    return [Goal(name, measured, 1.0, "% of a core")]
+
+
+def _detection_goals(ready: ReadySection | None, stall: StallSection | None) -> list[Goal]:
+    goals = []
+    for run in ready["runs"] if ready else []:
+        interval = run["interval_s"]
+        goals.append(
+            Goal(f"ready lag median, interval {interval:g}s", run["median_s"], interval, "s")
+        )
+        goals.append(Goal(f"ready lag max, interval {interval:g}s", run["max_s"], interval, "s"))
+    for stall_run in stall["runs"] if stall else []:
+        name = (
+            f"stall flag after hang, threshold {stall_run['threshold_s']:g}s"
+            f" + 2 x {stall_run['interval_s']:g}s"
+        )
+        goals.append(Goal(name, stall_run["max_s"], stall_run["limit_s"], "s"))
+    return goals

@@ -1,0 +1,165 @@
+"""The bench report's records: what each section measures, as it is written to the JSON report.
+
+Typed views of the JSON the bench writes (key order is insertion order, kept as it was); the
+table and the goals read the same records back.
+"""
+
+from __future__ import annotations
+
+from typing import NotRequired, TypedDict
+
+
+class HostFacts(TypedDict):
+    """The machine and the run's moment: to read the figures against."""
+
+    date: str
+    cpus: int | None
+    cpu_model: str
+    load_average_before: list[float]
+    kernel: str
+    python: str
+    exporter_version: str
+    load_average_after: NotRequired[list[float]]
+
+
+class LatencySummary(TypedDict):
+    """Count, rate and percentiles (milliseconds) of one client's requests."""
+
+    count: int
+    errors: int
+    seconds: float
+    per_second: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    body_bytes: NotRequired[int]
+    cpu_per_scrape_ms: NotRequired[float]
+    scrapers: NotRequired[int]
+
+
+class MemoryFigures(TypedDict):
+    """The exporter's RSS before, over and after the sequential scrapes."""
+
+    scrapes: int
+    rss_after_start_mib: float
+    rss_after_scrapes_mib: float
+    rss_max_mib: float
+    rss_growth_after_warmup_mib: float
+    nvml_child_rss_mib: float
+
+
+class ServerFigures(TypedDict, total=False):
+    """One server's scrapes (ours or node_exporter's); only ``error`` when it could not run."""
+
+    sequential: LatencySummary
+    concurrent: LatencySummary
+    memory: MemoryFigures | dict[str, float]
+    rss_mib: float
+    error: str
+
+
+class ScrapeSection(TypedDict):
+    """Section ``scrape``: our exporter beside node_exporter."""
+
+    targets: int
+    gpus: int
+    exporter: ServerFigures
+    node_exporter: ServerFigures
+    node_over_exporter_p50: NotRequired[float | None]
+    node_over_exporter_p99: NotRequired[float | None]
+    seconds: NotRequired[float]
+
+
+class SamplingPoint(TypedDict):
+    """The sampling cost at one number of targets."""
+
+    targets: int
+    processes: int
+    gpus: int
+    interval_s: float
+    windows_s: list[float]
+    cpu_per_tick_ms: float
+    cpu_per_tick_ms_windows: list[float]
+    nvml_child_per_tick_ms: float
+    cpu_percent_of_core: float
+    tick_wall_ms: float | None
+
+
+class SamplingSection(SamplingPoint):
+    """Section ``sampling``: the full-size point, the curve over targets, per-call costs."""
+
+    curve: list[SamplingPoint]
+    per_target_ms: float | None
+    source_cpu_ms: dict[str, float]
+    seconds: NotRequired[float]
+
+
+class ReadyRun(TypedDict):
+    """Ready lags at one interval: simulator ready -> the exporter says ready."""
+
+    interval_s: float
+    starts: int
+    median_s: float
+    max_s: float
+    lags_s: list[float]
+
+
+class StallRun(TypedDict):
+    """Stall delays at one interval: the simulator's last progress -> the stall flag."""
+
+    interval_s: float
+    threshold_s: float
+    limit_s: float
+    max_s: float
+    delays_s: list[float]
+
+
+class ReadySection(TypedDict):
+    """Section ``ready``."""
+
+    runs: list[ReadyRun]
+    seconds: NotRequired[float]
+
+
+class StallSection(TypedDict):
+    """Section ``stall``."""
+
+    runs: list[StallRun]
+    seconds: NotRequired[float]
+
+
+class GoalRecord(TypedDict):
+    """One goal as the report writes it (``Goal`` and whether it was met)."""
+
+    name: str
+    measured: float | None
+    limit: float
+    unit: str
+    at_most: bool
+    met: bool | None
+
+
+class Report(TypedDict):
+    """The whole JSON report."""
+
+    host: HostFacts
+    sizes: dict[str, object]
+    scrape: NotRequired[ScrapeSection]
+    sampling: NotRequired[SamplingSection]
+    ready: NotRequired[ReadySection]
+    stall: NotRequired[StallSection]
+    profiles: NotRequired[dict[str, str]]
+    seconds: NotRequired[float]
+    goals: NotRequired[list[GoalRecord]]
+    command: NotRequired[str]
+
+
+class ScrapeSpec(TypedDict):
+    """What the scrape client process is told to do (its one JSON argument)."""
+
+    mode: str  # "sequential" or "concurrent"
+    port: int
+    count: NotRequired[int]
+    scrapers: NotRequired[int]
+    seconds: NotRequired[float]

@@ -1,0 +1,55 @@
+"""How big each measurement of a bench run is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+SECTIONS: Final = ("scrape", "sampling", "ready", "stall")
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How big each measurement is; ``QUICK`` shrinks everything to seconds for a smoke test."""
+
+    procs_per_target: int = 64
+    host_procs: int = 500
+    gpus: int = 8
+    interval: float = 1.0
+    scrape_targets: int = 2
+    scrapes: int = 100_000
+    scrapers: int = 8
+    concurrent_seconds: float = 10.0
+    node_scrapes: int = 3_000
+    sampling_targets: int = 8
+    sampling_seconds: float = 30.0
+    curve: tuple[int, ...] = (0, 1, 2, 4, 8)
+    curve_seconds: float = 15.0
+    starts: int = 20
+    ready_intervals: tuple[float, ...] = (1.0, 0.25)
+    stalls: int = 2
+    stall_threshold: float = 3.0
+    stall_intervals: tuple[float, ...] = (1.0, 0.25)
+
+    @property
+    def farm_targets(self) -> int:
+        """Process trees the run needs at most at once."""
+        return max(self.scrape_targets, self.sampling_targets, *self.curve)
+
+
+QUICK: Final = Sizes(
+    procs_per_target=4,
+    host_procs=20,
+    scrapes=300,
+    concurrent_seconds=1.0,
+    node_scrapes=100,
+    sampling_targets=2,
+    sampling_seconds=3.0,
+    curve=(1, 2),
+    curve_seconds=2.0,
+    starts=2,
+    ready_intervals=(0.25,),
+    stalls=1,
+    stall_threshold=1.0,
+    stall_intervals=(0.25,),
+)

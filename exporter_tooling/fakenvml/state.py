@@ -1,0 +1,55 @@
+"""The fake NVML's state file: its line format and its atomic rewrite.
+
+The library re-reads the file on every call, so every writer replaces it whole (a reader never
+sees half a file). The format is documented at the top of simulated_nvml.c.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+#: Env variable naming the state file the simulated library reads on every call.
+STATE_ENV: Final = "SIMULATED_NVML_STATE"
+
+
+def gpu_line(
+    index: int,
+    uuid: str,
+    name: str,
+    total_bytes: int,
+    used_bytes: int,
+    util: int = 0,
+    mem_util: int = 0,
+) -> str:
+    """One ``gpu`` line: a GPU, its memory and its utilisation (``name`` without spaces)."""
+    return f"gpu {index} {uuid} {name} {total_bytes} {used_bytes} {util} {mem_util}"
+
+
+def proc_line(index: int, pid: int, used_bytes: int) -> str:
+    """One ``proc`` line: process ``pid`` holds ``used_bytes`` on GPU ``index``."""
+    return f"proc {index} {pid} {used_bytes}"
+
+
+def write_state(path: Path, lines: Sequence[str]) -> None:
+    """Replace the simulated NVML state file atomically (the library re-reads it every call).
+
+    Args:
+        path: the file named by ``SIMULATED_NVML_STATE``.
+        lines: ``gpu``/``proc``/fault lines as documented at the top of simulated_nvml.c.
+    """
+    write_atomically(path, "".join(f"{line}\n" for line in lines).encode())
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` through a temporary file beside it and a rename.
+
+    The temporary name is unique per process and thread, so concurrent writers never share
+    one; it is created with the umask's mode, so an exporter run as another user can read it.
+    """
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temp.write_bytes(data)
+    os.replace(temp, path)
