@@ -189,12 +189,12 @@ _LEVEL_WINDOW: Final = 120
 # llama.cpp "0.00.174.294 E" (llamacpp-09-crash), "[E]"/"[E ProcessGroupNCCL" (trtllm-03,
 # tgi-04), upper-case words ("ERROR 02-23", "NCCL WARN"), and any-case fields: "level=error"
 # (ollama-01-ready), '"level":"ERROR"' (tgi-13-crash), "[error]" (mindie-01-nccl), "error:"
-# (triton-03-crash).
+# (triton-03-crash). "NCCL_DEBUG=INFO" is a setting, not a level.
 _LEVEL = re.compile(
     r"(?:^|\s)(?P<glog>[IWEF])\d{4} \d\d:\d\d:\d\d"
     r"|^\d+\.\d\d\.\d{3}\.\d{3} (?P<letter>[IWEDT]) "
     r"|\[(?P<bracket>[IWEDF])(?:\]| \w)"
-    r"|\b(?P<word>TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL|PANIC)\b"
+    r"|(?<![=/])\b(?P<word>TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL|PANIC)\b"
     r"|(?:(?i:level)\s*[=:]\s*\"?|\"(?i:level)\"\s*:\s*\"|\[|^|<)"
     r"(?P<field>(?i:trace|debug|info|notice|warn(?:ing)?|error|err|critical|fatal))"
     r"(?:\]|\"|\s*:|>|\s|$)"
