@@ -19,7 +19,7 @@ from typing import Final
 from exporter.engines import ENGINES
 from exporter.engines.profile import LogProfile
 from exporter.lifecycle import Thresholds, initial_state, step
-from exporter.logparse import LogClassifier, clean, reason_detail
+from exporter.logparse import LogClassifier, clean
 from exporter.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 
 #: Lines looked at to recognise the engine.
@@ -187,15 +187,12 @@ def replay(
     )
     state, now = initial_state(_TARGET), start
     phases: list[PhaseChange] = []
-    decisive: LogEvent | None = None
     for ln in classified:
         now = max(now, ln.at or now)
         obs = Observation(target=_TARGET, at=now, process=process, log_events=ln.events)
         before, state = state.phase, step(state, obs, now, Thresholds())
         if state.phase is not before:
             phases.append(PhaseChange(state.phase, ln.number, ln.at))
-            if state.phase is Phase.FAILED and decisive is None:
-                decisive = _fatal(ln.events)
     outcome = _outcome(phases)
     failed = outcome == "failed"
     return Replay(
@@ -204,7 +201,7 @@ def replay(
         engine_line=line_no,
         outcome=outcome,
         reason=state.failure_reason if failed else None,
-        reason_detail=reason_detail(decisive) if failed and decisive else None,
+        reason_detail=state.reason_detail if failed else None,
         phases=tuple(phases),
         progress=_weights_progress(e for ln in classified for e in ln.events),
         classes=_count_classes(e for ln in classified for e in ln.events),
@@ -231,10 +228,6 @@ def _classify(
     for i in range(head):  # lines before the first timestamp happened at (or before) it
         out[i] = replace(out[i], events=tuple(replace(e, at=first) for e in out[i].events))
     return out
-
-
-def _fatal(events: Iterable[LogEvent]) -> LogEvent | None:
-    return next((e for e in events if e.cls is LogClass.FATAL), None)
 
 
 def _outcome(phases: Sequence[PhaseChange]) -> str:

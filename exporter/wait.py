@@ -267,6 +267,8 @@ def judge(doc: Mapping[str, Any], until: str) -> Verdict | None:
     if phase == "failed":
         why, reason = doc.get("failure_reason") or "failed", str(doc.get("reason"))
         text = reason if why in reason else f"{why}: {reason}"
+        if doc.get("reason_detail"):
+            text += f" ({doc['reason_detail']})"
         return Verdict(EXIT_FAILED, f"{name} failed after {took}: {text}")
     if doc.get("stalled"):
         return Verdict(
