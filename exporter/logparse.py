@@ -257,6 +257,14 @@ def reason_detail(event: LogEvent) -> str:
     return f"{where}: {text}"
 
 
+def _is_redraw(text: str) -> bool:
+    """A tqdm bar update that ends with its ``[elapsed<remaining]`` (nothing glued after)."""
+    if not text.endswith("]"):
+        return False
+    m = _TQDM_STATS.search(text)
+    return m is not None and m.end() == len(text)
+
+
 def _one_year_earlier(when: float) -> float:
     stamp = datetime.fromtimestamp(when)
     try:
@@ -424,6 +432,10 @@ class LogClassifier:
 
     def _event(self, text: str, at: float, line_no: int | None) -> LogEvent:
         head = text[:MATCH_CHARS]
+        if _is_redraw(head):  # most pieces of a log are bar redraws: only markers apply
+            return self._match_marker(head, at, line_no) or LogEvent(
+                LogClass.INFO, head, at, line_no=line_no
+            )
         event = (
             self._match_fatal(head, at, line_no)
             or self._match_wrapper(head, at, line_no)
@@ -471,11 +483,13 @@ class LogClassifier:
 
     def _shared(self, text: str) -> FailureReason | None:
         """The shared vocabulary's reason, unless the line's own level says it only reports."""
+        if not vocabulary.FATAL_HINT.search(text):
+            return None
+        level = line_level(text)  # cheaper than the families: asked first
+        if level is not None and level < _WARNING:
+            return None
         found = self._shared_fatal.first(text)
         if found is None:
-            return None
-        level = line_level(text)
-        if level is not None and level < _WARNING:
             return None
         return found[0].fatal_reason or FailureReason.CRASH
 

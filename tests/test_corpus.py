@@ -12,6 +12,8 @@ import json
 import pytest
 
 from exporter.cli import main
+from exporter.engines import vocabulary
+from exporter.logparse import MATCH_CHARS, clean
 from exporter.model import LogClass, Phase
 from exporter.replaylog import _classify, _profile, read_lines, replay
 from tests import corpus
@@ -80,3 +82,12 @@ def test_no_benign_line_is_classed_fatal(name):
         assert str(fatal[0].fatal_reason) == reason  # the first fatal line is the cause
     if name in TWINS:
         assert not [e for e in fatal if TWINS[name] in e.text]
+
+
+def test_the_fatal_hint_lets_through_every_line_a_family_matches():
+    # The hint is a speed screen: it must never hide a line some shared family would match.
+    for name in FILES:
+        for _, raw in read_lines(LOGS / name):
+            text = clean(raw)[:MATCH_CHARS]
+            if any(p.regex.search(text) for p in vocabulary.FATAL):
+                assert vocabulary.FATAL_HINT.search(text), (name, text[:120])
