@@ -49,7 +49,10 @@ STDLIB = set(sys.stdlib_module_names)
 @pytest.mark.parametrize(
     ("module", "allowed"),
     [
-        ("exporter.core.lifecycle", {"exporter.core.model", "exporter.engines"}),
+        (
+            "exporter.core.lifecycle",
+            {"exporter.core.model", "exporter.core.classify", "exporter.engines"},
+        ),
         (
             "exporter.render.metrics",
             {

@@ -20,18 +20,27 @@ from exporter.core.classify import LogClassifier, clean
 from exporter.core.lifecycle import Thresholds, initial_state, step
 from exporter.core.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.engines import ENGINES
+from exporter.engines.profile import LogProfile
 
 #: Lines looked at to recognise the engine.
 DETECT_LINES: Final = 5000
 #: Progress keys that stand for the main model's weights, most telling first.
 _WEIGHT_KEYS: Final = ("shards", "weights")
 _TARGET: Final = "replay"
+#: ``--engine generic``: every engine profile off, the shared vocabulary alone.
+GENERIC: Final = "generic"
+#: The profile used when the engine is not recognised: every profile's fatal and ready lines.
+FALLBACK: Final = "openai"
 
 EPILOG: Final = """The file is read as bytes and split on newlines only, so progress bars redrawn
 with carriage returns count as updates of one line. Leading lines starting with "# " are
 comments. Timestamps come from the lines (local time when they carry no zone); a line without
 one takes the time of the line before it. Readiness comes from the engine's ready line, as no
 probe runs. "at" in --json output is Unix seconds, or null for a line without a timestamp.
+
+engine: auto (default) recognises it from the lines and, when nothing names it, uses the
+shared vocabulary plus every profile's fatal and ready lines ("unknown"); generic switches
+every engine profile off (the shared vocabulary alone); a name uses that engine's profile.
 
 outcome: ready (the ready line was reached, even if the server stopped later), failed (a fatal
 line ended the start; reason oom, nccl, crash, ...) or incomplete (neither: a hang, an
@@ -54,12 +63,21 @@ class PhaseChange:
 
 @dataclass(frozen=True, slots=True)
 class Replay:
-    """What replaying one log concluded."""
+    """What replaying one log concluded.
+
+    Attributes:
+        engine: the profile applied ("generic" for none, "openai" when unknown).
+        engine_source: "given", "detected" (at ``engine_line``) or "unknown".
+        engine_line: the line that named the engine, when detected.
+        reason_detail: the decisive fatal line with its line number, when failed.
+    """
 
     engine: str
-    detected: bool
+    engine_source: str
+    engine_line: int | None
     outcome: str
     reason: FailureReason | None
+    reason_detail: str | None
     phases: tuple[PhaseChange, ...]
     progress: tuple[str, int, int] | None
     classes: dict[LogClass, int]
@@ -77,8 +95,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine",
         default="auto",
-        choices=[*ENGINES, "auto"],
-        help="engine whose log profile applies; auto recognises it from the lines (default)",
+        choices=[*ENGINES, "auto", GENERIC],
+        help="engine whose log profile applies; auto recognises it from the lines (default); "
+        "generic applies the shared vocabulary only",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("file", help="log file to replay")
@@ -113,15 +132,36 @@ def read_lines(path: Path) -> list[tuple[int, str]]:
 
 def detect_engine(lines: Iterable[str]) -> str | None:
     """The engine whose tell-tale lines are most frequent, or None when none match."""
+    found = detect_engine_at(enumerate(lines, 1))
+    return found[0] if found else None
+
+
+def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None:
+    """The engine the early lines name and the number of the first line that named it.
+
+    The most frequently named engine wins, unless another named engine embeds it (Ollama's
+    log carries llama.cpp's loader lines, Triton's its backend's).
+    """
     scores: Counter[str] = Counter()
-    for i, line in enumerate(lines):
+    first: dict[str, int] = {}
+    for i, (number, line) in enumerate(lines):
         if i >= DETECT_LINES:
             break
         text = clean(line)
         for name, engine in ENGINES.items():
             if any(p.search(text) for p in engine.log.detect):
                 scores[name] += 1
-    return scores.most_common(1)[0][0] if scores else None
+                first.setdefault(name, number)
+    if not scores:
+        return None
+    best = scores.most_common(1)[0][0]
+    host = next((n for n in scores if best in ENGINES[n].embeds), None)
+    name = host or best
+    return name, first[name]
+
+
+def _profile(name: str) -> LogProfile:
+    return LogProfile() if name == GENERIC else ENGINES[name].log
 
 
 def replay(
@@ -131,41 +171,48 @@ def replay(
 
     Args:
         lines: (line number, raw text) pairs, ``\r`` kept.
-        engine: engine name, or None to recognise it.
+        engine: engine name, "generic" for the shared vocabulary alone, or None to
+            recognise it (falling back to every profile's fatal and ready lines).
         reference: the time yearless timestamps are read relative to (default: now).
     """
-    name = engine or detect_engine(text for _, text in lines)
-    classified = _classify(lines, name or "openai", reference or datetime.now().timestamp())
+    source, line_no = "given", None
+    if engine is None:
+        found = detect_engine_at(lines)
+        engine, source = (found[0], "detected") if found else (FALLBACK, "unknown")
+        line_no = found[1] if found else None
+    classified = _classify(lines, _profile(engine), reference or datetime.now().timestamp())
     start = next((ln.at for ln in classified if ln.at is not None), 0.0)
     process = ProcessSample(
         pid=1, create_time=start, pids=(1,), rss_bytes=0, cpu_seconds=0.0, read_bytes=None
     )
     state, now = initial_state(_TARGET), start
     phases: list[PhaseChange] = []
-    reason: FailureReason | None = None
     for ln in classified:
         now = max(now, ln.at or now)
         obs = Observation(target=_TARGET, at=now, process=process, log_events=ln.events)
         before, state = state.phase, step(state, obs, now, Thresholds())
         if state.phase is not before:
             phases.append(PhaseChange(state.phase, ln.number, ln.at))
-            if state.phase is Phase.FAILED and reason is None:
-                reason = _fatal_reason(ln.events) or state.failure_reason
     outcome = _outcome(phases)
+    failed = outcome == "failed"
     return Replay(
-        engine=name or "openai",
-        detected=engine is None and name is not None,
+        engine=engine,
+        engine_source=source,
+        engine_line=line_no,
         outcome=outcome,
-        reason=reason if outcome == "failed" else None,
+        reason=state.failure_reason if failed else None,
+        reason_detail=state.reason_detail if failed else None,
         phases=tuple(phases),
         progress=_weights_progress(e for ln in classified for e in ln.events),
         classes=_count_classes(e for ln in classified for e in ln.events),
     )
 
 
-def _classify(lines: Sequence[tuple[int, str]], engine: str, reference: float) -> list[_Line]:
+def _classify(
+    lines: Sequence[tuple[int, str]], profile: LogProfile, reference: float
+) -> list[_Line]:
     """Classify every line; a line without a timestamp takes the previous line's."""
-    classifier = LogClassifier(ENGINES[engine].log)
+    classifier = LogClassifier(profile)
     out: list[_Line] = []
     last: float | None = None
     for number, text in lines:
@@ -174,15 +221,13 @@ def _classify(lines: Sequence[tuple[int, str]], engine: str, reference: float) -
         last = classifier.last_timestamp or last
         if events:
             out.append(_Line(number, tuple(events), classifier.last_timestamp))
+    if (ended := classifier.finish()) and lines:
+        out.append(_Line(lines[-1][0], tuple(ended), None))
     first = next((ln.at for ln in out if ln.at is not None), 0.0)
     head = next((i for i, ln in enumerate(out) if ln.at is not None), len(out))
     for i in range(head):  # lines before the first timestamp happened at (or before) it
         out[i] = replace(out[i], events=tuple(replace(e, at=first) for e in out[i].events))
     return out
-
-
-def _fatal_reason(events: Iterable[LogEvent]) -> FailureReason | None:
-    return next((e.fatal_reason for e in events if e.cls is LogClass.FATAL), None)
 
 
 def _outcome(phases: Sequence[PhaseChange]) -> str:
@@ -211,13 +256,17 @@ def _count_classes(events: Iterable[LogEvent]) -> dict[LogClass, int]:
 
 
 def to_json(result: Replay) -> dict[str, object]:
-    """The ``--json`` object: outcome, reason, phases, progress and classes."""
+    """The ``--json`` object: engine and source, outcome, reason and detail, phases, etc."""
     progress = None
     if result.progress is not None:
         progress = {"done": result.progress[1], "total": result.progress[2]}
     return {
+        "engine": result.engine,
+        "engine_source": result.engine_source,
+        "engine_line": result.engine_line,
         "outcome": result.outcome,
         "reason": str(result.reason) if result.reason else None,
+        "reason_detail": result.reason_detail,
         "phases": [{"phase": str(p.phase), "line": p.line, "at": p.at} for p in result.phases],
         "progress": progress,
         "classes": {str(cls): n for cls, n in result.classes.items()},
@@ -228,10 +277,20 @@ def _when(at: float | None) -> str:
     return datetime.fromtimestamp(at).isoformat(sep=" ", timespec="seconds") if at else "-"
 
 
+def _engine_source(result: Replay) -> str:
+    if result.engine_source == "detected":
+        return f"detected at line {result.engine_line}"
+    if result.engine_source == "unknown":
+        return "unknown: shared vocabulary and every profile's fatal and ready lines"
+    if result.engine == GENERIC:
+        return "given: shared vocabulary only"
+    return "given"
+
+
 def render_text(result: Replay) -> str:
     """The human-readable report: engine, phase timeline, progress, outcome, line classes."""
-    how = "recognised from the lines" if result.detected else "given"
-    out = [f"engine    {result.engine} ({how})", "", "   line  time                 phase"]
+    out = [f"engine    {result.engine} ({_engine_source(result)})", ""]
+    out += ["   line  time                 phase"]
     out += [f"{p.line:7}  {_when(p.at):19}  {p.phase}" for p in result.phases]
     if result.progress:
         key, done, total = result.progress
@@ -240,6 +299,7 @@ def render_text(result: Replay) -> str:
         "",
         f"outcome   {result.outcome}",
         f"reason    {result.reason or '-'}",
+        *([f"detail    {result.reason_detail}"] if result.reason_detail else []),
         "lines     " + ", ".join(f"{cls} {n}" for cls, n in result.classes.items()),
     ]
     return "\n".join(out)

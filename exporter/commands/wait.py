@@ -268,6 +268,8 @@ def judge(doc: TargetDoc, until: str) -> Verdict | None:
     if phase == "failed":
         why, reason = doc["failure_reason"] or "failed", doc["reason"]
         text = reason if why in reason else f"{why}: {reason}"
+        if doc["reason_detail"]:
+            text += f" ({doc['reason_detail']})"
         return Verdict(EXIT_FAILED, f"{name} failed after {took}: {text}")
     if doc["stalled"]:
         return Verdict(

@@ -1,7 +1,9 @@
 """Classify engine log lines: ANSI and secrets out, timestamps parsed, each line given a class.
 
 No I/O: sources hand lines in, ``LogEvent``s come out. The patterns live in the engine
-profiles (``exporter.engines``); this module only applies them.
+profiles (``exporter.engines``) and the cross-engine vocabulary under them
+(``exporter.engines.vocabulary``); this module only applies them, in layers: the operator's
+patterns, then the engine's profile, then the shared vocabulary.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Final
 
 from exporter.core.model import FailureReason, LogClass, LogEvent
+from exporter.engines import vocabulary
 from exporter.engines.profile import LogPattern, LogPatterns, LogProfile
 
 #: Longest text an event carries; a longer line is cut (engines print megabyte-long args).
@@ -169,20 +172,96 @@ def parse_timestamp(text: str, *, default_year: int) -> tuple[float, int | None]
 _RANK = re.compile(r"(?:\bTP|_TP)(\d+)\b|\brank[= ](\d+)\b", re.I)
 _TRACEBACK_HEAD = re.compile(r"Traceback \(most recent call last\)")
 _TRACEBACK_BODY = re.compile(r"^\s+\S|\bFile \"[^\"]+\", line \d+")
+# The interpreter's top frame: a traceback through it is an uncaught exception ending the
+# process (tgi-14-crash), unlike a handled request error logged with its traceback
+# (vllm-19-ready, lmdeploy-01-ready).
+_TOP_FRAME = re.compile(r"\bFile \"[^\"]+\", line \d+, in <module>")
 _EXCEPTION = re.compile(
     r"(?:^|[\]\)]\s)\s*(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Exited))(?::\s|\s*$)"
 )
 _NOT_A_CRASH = re.compile(r"KeyboardInterrupt|SystemExit|CancelledError|EngineDeadError")
-_ERROR_LEVEL = re.compile(
-    r"\b(?:ERROR|CRITICAL|FATAL)\b|\[E[\] ]|^E\d{4} |^Error: |^[\w.]*(?:Error|Exception): "
+_EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): ")
+_WARNING_LINE = re.compile(r"\w+Warning: ")
+#: Where a line's own level field is sought: after timestamps, pids and rank prefixes.
+_LEVEL_WINDOW: Final = 120
+# The line's own level field, whichever comes first: glog "E0416 14:45:07" (triton-04-crash),
+# llama.cpp "0.00.174.294 E" (llamacpp-09-crash), "[E]"/"[E ProcessGroupNCCL" (trtllm-03,
+# tgi-04), upper-case words ("ERROR 02-23", "NCCL WARN"), and any-case fields: "level=error"
+# (ollama-01-ready), '"level":"ERROR"' (tgi-13-crash), "[error]" (mindie-01-nccl), "error:"
+# (triton-03-crash). "NCCL_DEBUG=INFO" is a setting, not a level.
+_LEVEL = re.compile(
+    r"(?:^|\s)(?P<glog>[IWEF])\d{4} \d\d:\d\d:\d\d"
+    r"|^\d+\.\d\d\.\d{3}\.\d{3} (?P<letter>[IWEDT]) "
+    r"|\[(?P<bracket>[IWEDF])(?:\]| \w)"
+    r"|(?<![=/])\b(?P<word>TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL|PANIC)\b"
+    r"|(?:(?i:level)\s*[=:]\s*\"?|\"(?i:level)\"\s*:\s*\"|\[|^|<)"
+    r"(?P<field>(?i:trace|debug|info|notice|warn(?:ing)?|error|err|critical|fatal))"
+    r"(?:\]|\"|\s*:|>|\s|$)"
 )
-_WARNING_LEVEL = re.compile(r"\b(?:WARNING|WARN)\b|\[W\]|^W\d{4} |\w+Warning: |^Warning: ")
+_LEVELS: Final[dict[str, int]] = {
+    "t": 10,
+    "d": 10,
+    "i": 20,
+    "n": 20,
+    "w": 30,
+    "e": 40,
+    "c": 50,
+    "f": 50,
+    "p": 50,
+}
+_WARNING: Final = 30
+_ERROR: Final = 40
 #: Markers an engine prints once per launch: what came before belongs to an earlier run.
 _LAUNCH_MARKERS: Final = frozenset({"server_args", "engine_init"})
 _REASON_ORDER: Final[dict[FailureReason | None, int]] = {
     FailureReason.OOM: 0,
     FailureReason.NCCL: 1,
 }
+#: Characters of the decisive line kept in a reason detail.
+DETAIL_CHARS: Final = 200
+
+
+def line_level(text: str) -> int | None:
+    """The severity the line's own level field states (10 debug .. 50 fatal), or None.
+
+    Case-insensitive where the field is delimited (``level=error``, ``[error]``, ``error:``);
+    a bare word counts only in capitals, so prose ("an error occurred") is not a level.
+    """
+    m = _LEVEL.search(text[:_LEVEL_WINDOW])
+    if m is None:
+        return None
+    return _LEVELS[next(g for g in m.groups() if g).lower()[0]]
+
+
+def stronger(a: FailureReason, b: FailureReason | None) -> FailureReason:
+    """The reason that takes precedence: oom, then nccl, then the rest (``a`` on a tie)."""
+    if b is not None and _REASON_ORDER.get(b, 9) < _REASON_ORDER.get(a, 9):
+        return b
+    return a
+
+
+def reason_detail(event: LogEvent) -> str:
+    """The decisive line of a failure, redacted and cut, with its line number or timestamp.
+
+    Meant for people (``/status``, the page, ``wait``), never for a metric label.
+    """
+    where = (
+        f"line {event.line_no}"
+        if event.line_no is not None
+        else datetime.fromtimestamp(event.at).isoformat(sep=" ", timespec="seconds")
+    )
+    text = " ".join(redact(event.text).split())
+    if len(text) > DETAIL_CHARS:
+        text = text[: DETAIL_CHARS - 1] + "\u2026"
+    return f"{where}: {text}"
+
+
+def _is_redraw(text: str) -> bool:
+    """A tqdm bar update that ends with its ``[elapsed<remaining]`` (nothing glued after)."""
+    if not text.endswith("]"):
+        return False
+    m = _TQDM_STATS.search(text)
+    return m is not None and m.end() == len(text)
 
 
 def _one_year_earlier(when: float) -> float:
@@ -245,18 +324,36 @@ class _PatternSet:
 
 @dataclass(slots=True)
 class _Traceback:
-    """An open Python traceback: awaiting its final exception line."""
+    """An open Python traceback: awaiting its final exception line.
+
+    ``fatal``: a wrapper announced it, or it reached the interpreter's top frame.
+    ``hint``: a reason its frames named (the cause chain, not only the last line).
+    ``opener``: the wrapper line; it becomes the fatal line when no exception line follows
+    (an excerpt cut inside the traceback, sglang-17-crash; a traceback abandoned).
+    """
 
     fatal: bool
     budget: int = _TRACEBACK_BUDGET
+    hint: FailureReason | None = None
+    opener: LogEvent | None = None
+
+
+def _sorted_fatal(patterns: Iterable[LogPattern]) -> _PatternSet:
+    return _PatternSet(sorted(patterns, key=lambda p: _REASON_ORDER.get(p.fatal_reason, 9)))
 
 
 class LogClassifier:
     """Turns raw engine log lines into classified, redacted ``LogEvent``s.
 
+    Lines are checked in layers: the operator's patterns, then the engine's profile (its
+    fatal lines, then its benign ones), then the shared vocabulary (stops and noise, then
+    the fatal families, which only fire on lines not levelled below warning). A profile
+    therefore overrides the vocabulary; a stronger shared reason (oom over crash) still
+    upgrades a profile's fatal verdict on the same line.
+
     Stateful across lines of one log: it remembers the year printed last (vLLM omits it),
     which ranks finished loading weights (a later load is a draft model's) and whether a
-    traceback is open (its last line names the cause).
+    traceback is open (its exception line names the cause).
     """
 
     def __init__(self, profile: LogProfile, patterns: LogPatterns | None = None) -> None:
@@ -264,12 +361,12 @@ class LogClassifier:
         self._user_fatal = _PatternSet(_user_patterns(user.fatal, LogClass.FATAL))
         self._user_benign = _PatternSet(_user_patterns(user.benign, LogClass.BENIGN))
         self._user_markers = _PatternSet(_user_patterns(user.markers, LogClass.MARKER))
-        self._fatal = _PatternSet(
-            sorted(profile.fatal, key=lambda p: _REASON_ORDER.get(p.fatal_reason, 9))
-        )
+        self._fatal = _sorted_fatal(profile.fatal)
         self._benign = _PatternSet(profile.benign)
-        self._wrappers = _PatternSet(profile.wrappers)
-        self._markers = _PatternSet(profile.markers)
+        self._shared_quiet = _PatternSet((*vocabulary.STOPS, *vocabulary.BENIGN))
+        self._shared_fatal = _sorted_fatal(vocabulary.FATAL)
+        self._wrappers = _PatternSet((*profile.wrappers, *vocabulary.WRAPPERS))
+        self._markers = _PatternSet((*profile.markers, *vocabulary.MARKERS))
         self._year: int | None = None
         self._ended: set[str] = set()
         self._model_index = 0
@@ -318,11 +415,30 @@ class LogClassifier:
         self.last_timestamp = when
         return when
 
+    def finish(self) -> list[LogEvent]:
+        """The input ended: a failure announced by a wrapper whose cause never came is a crash.
+
+        Returns the wrapper line as a fatal event, or nothing.
+        """
+        tb, self._traceback = self._traceback, None
+        return [self._abandoned(tb)] if tb is not None and tb.opener is not None else []
+
+    @staticmethod
+    def _abandoned(tb: _Traceback) -> LogEvent:
+        assert tb.opener is not None
+        reason = tb.hint or FailureReason.CRASH
+        return replace(tb.opener, cls=LogClass.FATAL, marker=None, fatal_reason=reason)
+
     def _event(self, text: str, at: float, line_no: int | None) -> LogEvent:
         head = text[:MATCH_CHARS]
+        if _is_redraw(head):  # most pieces of a log are bar redraws: only markers apply
+            return self._match_marker(head, at, line_no) or LogEvent(
+                LogClass.INFO, head, at, line_no=line_no
+            )
         event = (
             self._match_fatal(head, at, line_no)
-            or self._match_benign(head, at, line_no)
+            or self._match_wrapper(head, at, line_no)
+            or self._match_shared(head, at, line_no)
             or self._match_traceback(head, at, line_no)
             or self._match_marker(head, at, line_no)
             or LogEvent(self._level(head), head, at, line_no=line_no)
@@ -330,32 +446,66 @@ class LogClassifier:
         return replace(event, text=text) if len(text) > len(head) else event
 
     def _match_fatal(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
+        """Fatal or benign by the layers, in order; None when no layer knows the line."""
         if self._user_fatal.first(text):
             return self._fatal_event(text, at, line_no, infer_reason(text))
         if self._user_benign.first(text):
-            return LogEvent(LogClass.BENIGN, text, at, line_no=line_no)
+            return self._benign_event(text, at, line_no)
         if found := self._fatal.first(text):
             reason = found[0].fatal_reason or FailureReason.CRASH
-            return self._fatal_event(text, at, line_no, reason)
+            return self._fatal_event(text, at, line_no, stronger(reason, self._shared(text)))
+        if self._benign.first(text) or self._shared_quiet.first(text):
+            return self._benign_event(text, at, line_no)
         return None
+
+    def _match_wrapper(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
+        """A line announcing the traceback that holds its cause.
+
+        Checked before the shared families, so "EngineCore failed to start" waits for the
+        oom below it.
+        """
+        if not self._wrappers.first(text):
+            return None
+        named = self._shared(text)
+        if named is not None and named is not FailureReason.CRASH:
+            # vllm-08-nccl: "Exception in worker ... NCCL error: ..." names its cause itself
+            return self._fatal_event(text, at, line_no, named)
+        event = LogEvent(LogClass.ERROR, text, at, marker="traceback", line_no=line_no)
+        if self._traceback is None or self._traceback.opener is None:
+            self._traceback = _Traceback(fatal=True, opener=event)
+        return event
+
+    def _match_shared(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
+        if shared := self._shared(text):
+            return self._fatal_event(text, at, line_no, shared)
+        return None
+
+    def _shared(self, text: str) -> FailureReason | None:
+        """The shared vocabulary's reason, unless the line's own level says it only reports."""
+        if not vocabulary.FATAL_HINT.search(text):
+            return None
+        level = line_level(text)  # cheaper than the families: asked first
+        if level is not None and level < _WARNING:
+            return None
+        found = self._shared_fatal.first(text)
+        if found is None:
+            return None
+        return found[0].fatal_reason or FailureReason.CRASH
 
     def _fatal_event(
         self, text: str, at: float, line_no: int | None, reason: FailureReason
     ) -> LogEvent:
+        if self._traceback is not None:
+            reason = stronger(reason, self._traceback.hint)
         self._traceback = None  # the cause is known; the rest of the traceback is context
         return LogEvent(LogClass.FATAL, text, at, fatal_reason=reason, line_no=line_no)
 
-    def _match_benign(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
-        if self._benign.first(text):
-            if self._traceback and _EXCEPTION.search(text):
-                self._traceback = None  # e.g. EngineDeadError closing a stop's traceback
-            return LogEvent(LogClass.BENIGN, text, at, line_no=line_no)
-        return None
+    def _benign_event(self, text: str, at: float, line_no: int | None) -> LogEvent:
+        if self._traceback and _EXCEPTION.search(text):
+            self._traceback = None  # e.g. KeyboardInterrupt closing an operator stop's traceback
+        return LogEvent(LogClass.BENIGN, text, at, line_no=line_no)
 
     def _match_traceback(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
-        if self._wrappers.first(text):
-            self._traceback = _Traceback(fatal=True)
-            return LogEvent(LogClass.ERROR, text, at, marker="traceback", line_no=line_no)
         if _TRACEBACK_HEAD.search(text):
             if self._traceback is None:
                 self._traceback = _Traceback(fatal=False)
@@ -366,15 +516,26 @@ class LogClassifier:
         tb.budget -= 1
         if tb.budget <= 0:
             self._traceback = None
-            return None
+            return self._abandoned(tb) if tb.opener is not None else None
         if _TRACEBACK_BODY.search(text):
+            self._note_frame(tb, text)
             return LogEvent(LogClass.ERROR, text, at, line_no=line_no)
         if m := _EXCEPTION.search(text):
             self._traceback = None
             if tb.fatal and not _NOT_A_CRASH.search(m.group("name")):
-                return self._fatal_event(text, at, line_no, FailureReason.CRASH)
+                reason = tb.hint or FailureReason.CRASH
+                return LogEvent(LogClass.FATAL, text, at, fatal_reason=reason, line_no=line_no)
             return LogEvent(LogClass.ERROR, text, at, line_no=line_no)
         return None
+
+    @staticmethod
+    def _note_frame(tb: _Traceback, text: str) -> None:
+        """Frames tell what the exception line may not: top level reached, a family named."""
+        if _TOP_FRAME.search(text):
+            tb.fatal = True
+        for regex, reason in vocabulary.CHAIN_HINTS:
+            if regex.search(text):
+                tb.hint = stronger(reason, tb.hint)
 
     def _match_marker(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
         if self._user_markers.first(text):
@@ -422,8 +583,11 @@ class LogClassifier:
 
     @staticmethod
     def _level(text: str) -> LogClass:
-        if _ERROR_LEVEL.search(text):
+        level = line_level(text)
+        if level is None:
+            if _EXCEPTION_LINE.search(text):
+                return LogClass.ERROR
+            return LogClass.WARNING if _WARNING_LINE.search(text) else LogClass.INFO
+        if level >= _ERROR:
             return LogClass.ERROR
-        if _WARNING_LEVEL.search(text):
-            return LogClass.WARNING
-        return LogClass.INFO
+        return LogClass.WARNING if level >= _WARNING else LogClass.INFO

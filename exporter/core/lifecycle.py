@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Final, TypeVar
 
+from exporter.core.classify import reason_detail
 from exporter.core.model import (
     STARTUP_PHASES,
     FailureReason,
@@ -228,6 +229,9 @@ class TargetState:
     shard_progress: tuple[tuple[str, int, int], ...] = ()
     eta_seconds: float | None = None
     failure_reason: FailureReason | None = None
+    #: The decisive fatal line (redacted, cut, with its line number or time); for people only,
+    #: never a label.
+    reason_detail: str | None = None
     health_failures: int = 0
     last_health: ProbeResult | None = None
     last_completion: ProbeResult | None = None
@@ -315,6 +319,7 @@ class _Evidence:
     log_phase: Phase | None
     fatal: FailureReason | None
     gpu_grew: bool
+    fatal_event: LogEvent | None = None
 
 
 def _grew(new: float | None, old: float | None, floor: float) -> bool:
@@ -339,15 +344,15 @@ def _gather_evidence(prev: TargetState, obs: Observation, dt: float) -> _Evidenc
     gpu_grew = _grew(obs.gpu_memory_bytes, base.gpu_bytes, GPU_EVIDENCE_BYTES)
     if gpu_grew or _grew(base.gpu_bytes, obs.gpu_memory_bytes, GPU_EVIDENCE_BYTES):
         kinds.append("gpu_memory")
-    log_phase, fatal = None, None
+    log_phase, fatal, fatal_event = None, None, None
     for ev in obs.log_events:
-        if ev.cls is LogClass.FATAL and ev.fatal_reason is not None:
-            fatal = fatal or ev.fatal_reason
+        if ev.cls is LogClass.FATAL and ev.fatal_reason is not None and fatal is None:
+            fatal, fatal_event = ev.fatal_reason, ev
         if ev.phase is not None and (log_phase is None or _ORDER[ev.phase] > _ORDER[log_phase]):
             log_phase = ev.phase
         if ev.cls is not LogClass.BENIGN:
             kinds.append("shard_progress" if _is_load_progress(ev) else "logs")
-    return _Evidence(tuple(dict.fromkeys(kinds)), log_phase, fatal, gpu_grew)
+    return _Evidence(tuple(dict.fromkeys(kinds)), log_phase, fatal, gpu_grew, fatal_event)
 
 
 def _next_baseline(prev: Baseline, obs: Observation, evidence: _Evidence, now: float) -> Baseline:
@@ -634,6 +639,7 @@ def _begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSt
         shard_progress=(),
         eta_seconds=None,
         failure_reason=None,
+        reason_detail=None,
         health_failures=0,
         load_read_bytes=0,
         load_read_base=None,
@@ -714,6 +720,9 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
         state = _enter(state, ev.log_phase, f"log marker announces {ev.log_phase}", None, now)
     if phase is not state.phase and phase in TRANSITIONS[state.phase]:
         state = _enter(state, phase, reason, failure, now)
+        if phase is Phase.FAILED:
+            decisive = ev.fatal_event if failure is ev.fatal else None
+            state = replace(state, reason_detail=reason_detail(decisive) if decisive else None)
     elif phase is state.phase and reason != state.reason:
         state = replace(state, reason=reason)
     state = _after_probe(_track_load(state, obs), obs)

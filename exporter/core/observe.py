@@ -136,9 +136,17 @@ class Observed:
 
 
 def classify_lines(
-    world: TargetWorld, process: ProcessSample | None, lines: tuple[RawLogLine, ...]
+    world: TargetWorld,
+    process: ProcessSample | None,
+    lines: tuple[RawLogLine, ...],
+    *,
+    process_gone: bool = False,
 ) -> tuple[LogEvent, ...]:
-    """Classify new log lines, starting a new story first when the engine process changed."""
+    """Classify new log lines, starting a new story first when the engine process changed.
+
+    Once the process is gone its log has ended: a failure a wrapper line announced, whose
+    cause never came, becomes a crash (the classifier's ``finish``) rather than a bare exit.
+    """
     if _new_process(world.state, process):
         world.classifier.reset()
     events: list[LogEvent] = []
@@ -146,6 +154,8 @@ def classify_lines(
         events += world.classifier.classify(
             line.text, at=line.at, line_no=line.line_no, line_time=False
         )
+    if process_gone and world.state.pid is not None:
+        events += world.classifier.finish()
     return tuple(events)
 
 
@@ -190,7 +200,12 @@ def observe(
         completion=readings.completion,
         disk_read_bytes=host.disk.read_bytes if host.disk else None,
         gpu_memory_bytes=sum(per_gpu.values()) if gpu.gpus else None,
-        log_events=classify_lines(world, readings.process, readings.log_lines),
+        log_events=classify_lines(
+            world,
+            readings.process,
+            readings.log_lines,
+            process_gone=readings.process is None and readings.process_error is None,
+        ),
     )
     return Observed(obs, tuple(sorted(per_gpu.items())))
 

@@ -26,6 +26,8 @@ class Engine:
         process_words: regex naming its server process on a command line; with the target's
             port it finds a server that does not listen yet (vLLM, SGLang and TGI refuse
             connections for the whole load).
+        embeds: engines whose lines this one's log carries as well (Ollama runs llama.cpp,
+            Triton runs vLLM or TensorRT-LLM backends): when both are recognised, this wins.
     """
 
     name: str
@@ -35,10 +37,22 @@ class Engine:
     listens_while_loading: bool = False
     log: LogProfile = field(default_factory=LogProfile)
     process_words: str = ""
+    embeds: tuple[str, ...] = ()
 
 
 def _builtin() -> dict[str, Engine]:
-    from exporter.engines import llamacpp, openai, sglang, tgi, triton, trtllm, vllm
+    from exporter.engines import (
+        llamacpp,
+        lmdeploy,
+        mindie,
+        ollama,
+        openai,
+        sglang,
+        tgi,
+        triton,
+        trtllm,
+        vllm,
+    )
 
     engines = [
         Engine("sglang", "SGLang", log=sglang.LOG_PROFILE, process_words=r"sglang"),
@@ -68,6 +82,28 @@ def _builtin() -> dict[str, Engine]:
             health_path="/v2/health/ready",
             log=triton.LOG_PROFILE,
             process_words=r"tritonserver",
+            embeds=("vllm", "trtllm"),
+        ),
+        Engine(
+            "ollama",
+            "Ollama",
+            health_path="/api/version",
+            listens_while_loading=True,
+            log=ollama.LOG_PROFILE,
+            process_words=r"ollama (?:serve|runner)",
+            embeds=("llamacpp",),
+        ),
+        Engine(
+            "lmdeploy",
+            "LMDeploy",
+            log=lmdeploy.LOG_PROFILE,
+            process_words=r"lmdeploy",
+        ),
+        Engine(
+            "mindie",
+            "MindIE (Ascend)",
+            log=mindie.LOG_PROFILE,
+            process_words=r"mindieservice_daemon|mindie",
         ),
         Engine("openai", "generic OpenAI-compatible server", log=openai.LOG_PROFILE),
     ]

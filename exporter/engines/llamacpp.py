@@ -10,7 +10,7 @@ import re
 from typing import Final
 
 from exporter.core.model import FailureReason, Phase
-from exporter.engines.profile import COMMON_BENIGN, COMMON_FATAL, LogProfile, fatal, marker
+from exporter.engines.profile import LogProfile, fatal, marker
 
 _L, _I, _R = Phase.LOADING, Phase.INITIALIZING, Phase.READY
 
@@ -31,6 +31,8 @@ LOG_PROFILE: Final = LogProfile(
         marker(
             r"main: server is listening on|starting the main loop|all slots are idle", "ready", _R
         ),
+        # llamacpp-07-ready ("srv  llama_server: listening on http://127.0.0.1:52234")
+        marker(r"\bllama_server: listening on\b", "ready", _R),
     ),
     fatal=(
         # llamacpp-03-oom ("alloc_tensor_range: failed to allocate CUDA0 buffer")
@@ -40,11 +42,11 @@ LOG_PROFILE: Final = LogProfile(
             r"error loading model|failed to load model|exiting due to model loading error",
             FailureReason.CRASH,
         ),
-        *COMMON_FATAL,
     ),
-    benign=COMMON_BENIGN,
     detect=(
         re.compile(r"\bllama_model_load|\bllama_context:|\bload_tensors:|\bggml_\w+:|llama-server"),
-        re.compile(r"^main: (?:loading model|model loaded)|^srv +\w+: "),
+        # llamacpp-07/09 ("0.00.174.927 E srv  llama_server: ..."): the timestamped entry point
+        re.compile(r"^(?:[\d.]+ [IWEDT] )?(?:main: (?:loading model|model loaded)|srv +\w+: )"),
+        re.compile(r"\bllama_server\b"),
     ),
 )

@@ -1,7 +1,9 @@
-"""Log profile of a generic OpenAI-compatible server, as data: only what every engine shares.
+"""Log profile of a generic OpenAI-compatible server, or of a log whose engine is unknown.
 
-No code paths: ``exporter.core.classify`` applies it. Readiness of such a server comes from its
-probe, never from a log line, so no marker here announces ``ready``.
+No code paths: ``exporter.core.classify`` applies it above the shared vocabulary. Not knowing the
+engine should not mean knowing nothing (issue 13), so this profile is the union of every
+engine profile's fatal lines and ready announcements; their benign noise stays with each
+engine, as one engine's noise pattern may shadow another's failure.
 """
 
 from __future__ import annotations
@@ -9,21 +11,32 @@ from __future__ import annotations
 from typing import Final
 
 from exporter.core.model import Phase
-from exporter.engines.profile import COMMON_BENIGN, COMMON_FATAL, LogProfile, marker, progress
+from exporter.engines import llamacpp, lmdeploy, mindie, ollama, sglang, tgi, triton, trtllm, vllm
+from exporter.engines.profile import LogPattern, LogProfile, benign
+
+_PROFILES: Final = (
+    vllm.LOG_PROFILE,
+    sglang.LOG_PROFILE,
+    tgi.LOG_PROFILE,
+    llamacpp.LOG_PROFILE,
+    trtllm.LOG_PROFILE,
+    triton.LOG_PROFILE,
+    ollama.LOG_PROFILE,
+    lmdeploy.LOG_PROFILE,
+    mindie.LOG_PROFILE,
+)
+
+
+def _ready(profiles: tuple[LogProfile, ...]) -> tuple[LogPattern, ...]:
+    return tuple(p for prof in profiles for p in prof.markers if p.phase is Phase.READY)
+
 
 LOG_PROFILE: Final = LogProfile(
-    markers=(
-        # ENGINES.md vLLM/SGLang: the shard bar most PyTorch loaders share
-        progress(
-            r"Loading (?:safetensors )?checkpoint shards\s*:\s*\d+% Completed \| "
-            r"(?P<done>\d+)/(?P<total>\d+)",
-            "shards",
-            Phase.LOADING,
-            per_model=True,
-        ),
-        # ENGINES.md uvicorn: HTTP is up; whether it serves is the probe's call
-        marker(r"Uvicorn running on|Application startup complete", "http_up"),
+    markers=_ready(_PROFILES),
+    fatal=tuple(p for prof in _PROFILES for p in prof.fatal),
+    benign=(
+        # tgi-01-hang, vllm ENGINES.md: heartbeats every engine prints while it waits
+        benign(r"Waiting for (?:shard|creating a placement group|in-flight requests)"),
     ),
-    fatal=COMMON_FATAL,
-    benign=COMMON_BENIGN,
+    wrappers=tuple(p for prof in _PROFILES for p in prof.wrappers),
 )

@@ -11,8 +11,6 @@ from typing import Final
 
 from exporter.core.model import FailureReason, Phase
 from exporter.engines.profile import (
-    COMMON_BENIGN,
-    COMMON_FATAL,
     LogProfile,
     benign,
     fatal,
@@ -66,7 +64,6 @@ LOG_PROFILE: Final = LogProfile(
         fatal(r"Rank \d+ scheduler is dead", FailureReason.CRASH),
         fatal(r"Initialization failed\. (?:Please see|warmup error)", FailureReason.CRASH),
         fatal(r"Capture cuda graph failed", FailureReason.CRASH),
-        *COMMON_FATAL,
     ),
     benign=(
         # ENGINES.md SGLang benign noise; sglang-01-crash, sglang-03-oom
@@ -77,7 +74,6 @@ LOG_PROFILE: Final = LogProfile(
         benign(r"\[aiter\] type hints mismatch|Failed to import amdsmi|amdsmi_shut_down"),
         # sglang-05-ready: children ended by the operator's SIGTERM (-15), a stop not a crash
         benign(r"crashed with exit code -15\b"),
-        *COMMON_BENIGN,
     ),
     wrappers=(
         # sglang-01-crash, sglang-03-oom: the cause is the traceback's last line
@@ -86,6 +82,8 @@ LOG_PROFILE: Final = LogProfile(
     ),
     detect=(
         re.compile(r"\bsglang\b|server_args=ServerArgs|fired up and ready to roll"),
+        # sglang-15-oom (prefixes stripped): SGLang's weight-load and memory-fraction wording
+        re.compile(r"^Load weight (?:begin|end)\. |--mem-fraction-static\b"),
         re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: DP\d+)?(?: TP\d+)(?: EP\d+)?\]"),
     ),
 )

@@ -11,8 +11,6 @@ from typing import Final
 
 from exporter.core.model import FailureReason, Phase
 from exporter.engines.profile import (
-    COMMON_BENIGN,
-    COMMON_FATAL,
     LogProfile,
     benign,
     fatal,
@@ -56,14 +54,12 @@ LOG_PROFILE: Final = LogProfile(
         fatal(r"Method \w+ encountered an error", FailureReason.CRASH),
         # tgi-07-oom: router panic during the warm-up (the oom patterns catch its reason first)
         fatal(r"Unable to warmup model", FailureReason.CRASH),
-        *COMMON_FATAL,
     ),
     benign=(
         # tgi-01-hang, tgi-06-other: printed every 10 s whether or not the shard makes progress
         benign(r"Waiting for shard to be ready"),
         # tgi-07-oom: the Rust hint printed under every panic
         benign(r"run with `RUST_BACKTRACE=1`"),
-        *COMMON_BENIGN,
     ),
     detect=(
         re.compile(r"text_generation_(?:launcher|router|server)|shard-manager|text-generation-"),

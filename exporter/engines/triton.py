@@ -10,7 +10,7 @@ import re
 from typing import Final
 
 from exporter.core.model import FailureReason, Phase
-from exporter.engines.profile import COMMON_BENIGN, COMMON_FATAL, LogProfile, fatal, marker
+from exporter.engines.profile import LogProfile, fatal, marker
 
 _L, _I, _R = Phase.LOADING, Phase.INITIALIZING, Phase.READY
 
@@ -28,8 +28,12 @@ LOG_PROFILE: Final = LogProfile(
         # ENGINES.md Triton: a model that cannot load keeps the server from becoming ready
         fatal(r"failed to load '|failed to load all models", FailureReason.CRASH),
         fatal(r"error: creating server:", FailureReason.CRASH),
-        *COMMON_FATAL,
     ),
-    benign=COMMON_BENIGN,
-    detect=(re.compile(r"tritonserver|Triton Inference Server|TRITONBACKEND|model_lifecycle\.cc"),),
+    detect=(
+        re.compile(r"tritonserver|Triton Inference Server|TRITONBACKEND|model_lifecycle\.cc"),
+        # triton-03-crash: glog lines naming the server's own sources ("server.cc:312]")
+        re.compile(
+            r"^[IWEF]\d{4} [\d:.]+\s+\d+ (?:server|grpc_server|http_server|backend_\w+)\.cc:\d+\]"
+        ),
+    ),
 )

@@ -11,8 +11,6 @@ from typing import Final
 
 from exporter.core.model import FailureReason, Phase
 from exporter.engines.profile import (
-    COMMON_BENIGN,
-    COMMON_FATAL,
     LogProfile,
     fatal,
     marker,
@@ -55,8 +53,6 @@ LOG_PROFILE: Final = LogProfile(
         # trtllm-03-crash ("[TRT-LLM] [E] Failed to initialize executor on rank 6: ...")
         fatal(r"Failed to initialize executor", FailureReason.CRASH),
         fatal(r"Executor worker (?:process )?\w* ?(?:died|failed)", FailureReason.CRASH),
-        *COMMON_FATAL,
     ),
-    benign=COMMON_BENIGN,
     detect=(re.compile(r"\[TRT-LLM\]|TensorRT-LLM|trtllm-serve"),),
 )

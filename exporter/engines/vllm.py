@@ -11,8 +11,6 @@ from typing import Final
 
 from exporter.core.model import FailureReason, Phase
 from exporter.engines.profile import (
-    COMMON_BENIGN,
-    COMMON_FATAL,
     LogProfile,
     benign,
     fatal,
@@ -60,6 +58,8 @@ LOG_PROFILE: Final = LogProfile(
         ),
         # ENGINES.md vLLM "CUDA graphs"; vllm-06-ready ("Graph capturing finished in 33 secs")
         marker(r"Graph capturing finished|Capturing CUDA graph", "cuda_graph", _I),
+        # vllm-27-crash: vLLM-Ascend captures ACL graphs where CUDA hosts capture CUDA graphs
+        marker(r"Capturing ACL graphs?|ACL graph capturing finished", "cuda_graph", _I),
         # ENGINES.md vLLM "engine ready"; vllm-06-ready ("init engine (profile, ...) took 57.31")
         marker(r"init engine \(profile, create kv cache, warmup model\) took", "engine_ready", _I),
         marker(r"Core engine process \d+ ready", "engine_ready", _I),
@@ -77,14 +77,15 @@ LOG_PROFILE: Final = LogProfile(
         ),
         # vllm-10-nccl ("CRITICAL ... Got fatal signal from worker processes, shutting down")
         fatal(r"Got fatal signal from worker processes", FailureReason.CRASH),
-        *COMMON_FATAL,
     ),
     benign=(
         # ENGINES.md vLLM "alive, silent": printed every 60 s whether or not work progresses
         benign(r"No available shared memory broadcast block found"),
+        # vllm-27-crash: vLLM-Ascend without its compiled ops still starts (a warning, and the
+        # real cause only if a later line fails)
+        benign(r"Failed to import vllm_ascend_C|Sleep mode will be disabled"),
         # vllm-05-ready: glog lines of TensorFlow's own import
         benign(r"^[EW]\d{4} \d\d:\d\d:[\d.]+\s+\d+ \w+\.cc:\d+\]"),
-        *COMMON_BENIGN,
     ),
     wrappers=(
         # vllm-10-nccl ("EngineCore hit an exception: Traceback"), vllm-08-nccl (worker form)
@@ -93,6 +94,10 @@ LOG_PROFILE: Final = LogProfile(
     ),
     detect=(
         re.compile(r"\bvLLM\b|\(EngineCore(?:_DP)?\d* pid=|\(APIServer pid=|\(VllmWorker"),
+        # vllm-28-crash ("vllm: command not found"), vllm-27-crash (vllm_ascend), paths
+        re.compile(r"^vllm: |\bvllm[_-]ascend\b|/vllm/|\bvllm (?:serve|--)"),
+        # vllm-25-oom (prefixes stripped): the V0 memory profiler's own wording
+        re.compile(r"Memory profiling results: total_gpu_memory=|^# GPU blocks: \d+, # CPU blocks"),
         re.compile(r"\b(?:INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[\w+\.py:\d+\]"),
     ),
 )

@@ -88,6 +88,7 @@ def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> Targe
         "shards": [{"key": k, "done": d, "total": n} for k, d, n in s.shard_progress],
         "eta_seconds": s.eta_seconds,
         "failure_reason": s.failure_reason.value if s.failure_reason else None,
+        "reason_detail": s.reason_detail,
         "process": _process(t),
         "gpu_memory_bytes": {str(i): b for i, b in t.gpu_memory_bytes},
         "probes": {"health": _probe(s.last_health), "completion": _probe(s.last_completion)},

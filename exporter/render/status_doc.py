@@ -108,6 +108,8 @@ class TargetDoc(TypedDict):
     shards: list[ShardDoc]
     eta_seconds: float | None
     failure_reason: str | None
+    #: The decisive log line of a failure (redacted, ~200 characters), never a label.
+    reason_detail: str | None
     process: ProcessDoc | None
     gpu_memory_bytes: dict[str, int]
     probes: ProbesDoc

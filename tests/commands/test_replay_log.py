@@ -2,34 +2,25 @@
 
 The expected outcome and reason of every file come from that folder's README table, so a
 fixture added there without a verdict, or a verdict the replay disagrees with, fails here.
+Without the corpus the module is skipped (see ``tests.corpus``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from exporter.cli import main
 from exporter.commands.replay_log import detect_engine, read_lines, replay
 from exporter.core.model import LogClass
+from tests import corpus
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "logs"
-_ROW = re.compile(r"^\| `(?P<file>[\w.-]+\.log)` \| (?P<outcome>\w+) \| (?P<reason>[\w-]+) \|$")
-
-
-def expected_results() -> dict[str, tuple[str, str | None]]:
-    text = (LOGS / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Expected result", 1)[1]
-    rows = (_ROW.match(line.strip()) for line in section.splitlines())
-    return {
-        m["file"]: (m["outcome"], None if m["reason"] == "-" else m["reason"]) for m in rows if m
-    }
-
-
-EXPECTED = expected_results()
+LOGS = corpus.require()
+EXPECTED = corpus.expected_results(LOGS)
+#: Files in which nothing names the engine (PyTorch NCCL lines, a transformers warning).
+UNNAMED = frozenset({"tgi-04-nccl.log", "tgi-12-nccl.log"})
 FILES = sorted(p.name for p in LOGS.glob("*.log"))
 
 
@@ -49,8 +40,8 @@ def test_each_fixture_replays_to_the_readme_outcome_and_reason(name):
 def test_auto_recognises_the_engine_and_reaches_the_same_verdict(name):
     lines = read_lines(LOGS / name)
     detected = detect_engine(text for _, text in lines)
-    # tgi-04-nccl is three PyTorch NCCL lines: nothing in it names the engine.
-    assert detected == (None if name == "tgi-04-nccl.log" else name.split("-", 1)[0])
+    # tgi-04/12-nccl are PyTorch NCCL lines: nothing in them names the engine.
+    assert detected == (None if name in UNNAMED else name.split("-", 1)[0])
     result = replay(lines, None)
     assert (result.outcome, result.reason) == EXPECTED[name]
 
@@ -79,8 +70,22 @@ def test_a_log_without_timestamps_replays_in_line_order():
 def test_json_output_is_the_documented_object(capsys):
     assert main(["replay-log", "--json", str(LOGS / "sglang-03-oom.log")]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"outcome", "reason", "phases", "progress", "classes"}
+    assert set(doc) == {
+        "engine",
+        "engine_source",
+        "engine_line",
+        "outcome",
+        "reason",
+        "reason_detail",
+        "phases",
+        "progress",
+        "classes",
+    }
+    assert (doc["engine"], doc["engine_source"]) == ("sglang", "detected")
+    assert isinstance(doc["engine_line"], int)
     assert (doc["outcome"], doc["reason"]) == ("failed", "oom")
+    assert doc["reason_detail"].startswith("line 447: ")
+    assert "HIP out of memory" in doc["reason_detail"]
     assert doc["phases"][-1]["phase"] == "failed"
     assert doc["phases"][-1]["line"] == 447
     assert doc["phases"][-1]["at"] is None  # the OOM line is raw stderr, without a timestamp
@@ -102,7 +107,7 @@ def test_json_output_is_the_documented_object(capsys):
 def test_text_output_names_engine_timeline_and_outcome(capsys):
     assert main(["replay-log", str(LOGS / "vllm-06-ready.log")]) == 0
     out = capsys.readouterr().out
-    assert "engine    vllm (recognised from the lines)" in out
+    assert "engine    vllm (detected at line 4)" in out
     assert re.search(r"^\s+23  \d{4}-05-12 02:45:35  initializing$", out, re.M)
     assert re.search(r"^\s+64  -\s+ready$", out, re.M)  # uvicorn's line has no timestamp
     assert "progress  4/4 shards" in out

@@ -83,6 +83,8 @@
     if (t.stalled && t.stall_reason) p.append(el("span", "stall-reason", t.stall_reason), el("br"));
     const why = t.failure_reason && !String(t.reason).includes(t.failure_reason);
     p.append(el("span", "", why ? t.failure_reason + ": " + t.reason : t.reason));
+    // The decisive log line: text only (el sets textContent), never markup.
+    if (t.reason_detail) p.append(el("br"), el("span", "reason-detail", t.reason_detail));
     return p;
   }
 

@@ -1,0 +1,221 @@
+"""The cross-engine vocabulary: families of lines every engine prints in its own words.
+
+No I/O, no code paths: ``exporter.core.classify`` checks these after an engine's own profile,
+which adds to them and can override them (a profile's benign line shadows a shared fatal
+one; a profile's marker shadows a shared ready line). With no profile at all
+(``replay-log --engine generic``) this layer alone has to carry the verdict, so each pattern
+names a *family* of wordings (the next engine's "insufficient KV cache memory" as well as
+the fixture's), never one fixture line.
+
+Fatal patterns here only fire on lines whose own level field is warning or worse, or that
+carry no level at all: an ``INFO`` line that mentions memory or NCCL is a report, not a
+failure (vllm-18-ready's "Free memory on device ... Desired GPU memory utilization",
+sglang-17-crash's "NCCL INFO ncclCommInitRank ... Init COMPLETE").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from exporter.core.model import FailureReason, Phase
+from exporter.engines.profile import LogPattern, benign, fatal, marker, progress, wrapper
+
+_OOM = FailureReason.OOM
+_NCCL = FailureReason.NCCL
+_CRASH = FailureReason.CRASH
+
+#: Memory exhaustion: GPU, host, KV cache, allocator, executor.
+MEMORY: Final[tuple[LogPattern, ...]] = (
+    # tgi-02-oom ("CUDA out of memory"), sglang-03-oom ("HIP out of memory"), tgi-07-oom
+    # ("(out of memory)"), llamacpp-03-oom ("cudaMalloc failed: out of memory")
+    fatal(r"\bout of (?:device |GPU |host |shared )?memory\b|OutOfMemory|\bOOM[- ]?kill", _OOM),
+    # fixtures README.md: an OOM kill leaves no engine line, only systemd's "Failed with result
+    # 'oom-kill'" or the kernel's "Out of memory: Killed process"
+    fatal(
+        r"CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|std::bad_alloc|Cannot allocate memory", _OOM
+    ),
+    # llamacpp-03-oom, llamacpp-08-oom ("failed to allocate CUDA0 buffer", "unable to allocate
+    # ROCm0 buffer"): an allocator that could not get memory, buffer or a sized block
+    fatal(
+        r"\b(?:failed|unable|not able) to allocate\b[^,;]{0,60}?"
+        r"(?:\bmemory\b|\bbuffer\b|\btensor|\bcache\b|\d\s?[KMGT]i?B\b)",
+        _OOM,
+    ),
+    # sglang-15-oom ("leave no GPU memory for the KV cache"), vllm ENGINES.md ("No available
+    # memory for the cache blocks"): no / not enough / insufficient memory, any device
+    fatal(
+        r"\b(?:no|not enough|insufficient|no available|no free)\s+(?:\w+\s+){0,2}memory\b"
+        r"|\bmemory\b.{0,40}?\b(?:insufficient|exhausted)\b",
+        _OOM,
+    ),
+    # vllm-22-oom, vllm-23-oom ("Free memory on device ... is less than desired GPU memory
+    # utilization"): free memory below what the configured utilisation asks for
+    fatal(
+        r"\bmemory\b.{0,80}?\b(?:is )?(?:less|lower|smaller) than\b.{0,40}?"
+        r"\b(?:desired|required|requested|configured|needed|utili[sz]ation)",
+        _OOM,
+    ),
+    # vllm-25-oom ("max seq len (29000) is larger than the maximum number of tokens that can
+    # be stored in KV cache"): the KV cache cannot hold one sequence
+    fatal(
+        r"\b(?:larger|more|greater) than\b.{0,60}?\b(?:stored|fit|held) in (?:the )?KV[ -]?cache"
+        r"|\bKV[ -]?cache\b.{0,60}?\b(?:does not fit|cannot fit|too small|not enough)",
+        _OOM,
+    ),
+)
+
+#: Collective-communication failures: NCCL, RCCL, HCCL, Gloo, MPI, and their timeouts.
+COLLECTIVE: Final[tuple[LogPattern, ...]] = (
+    # vllm-08/10/26-nccl, sglang-16-nccl ("NCCL error: unhandled system error"), mindie-01-nccl
+    # ("HcclCommInitRootInfo failed"), sglang-08-nccl ("NCCL WARN ... Connect to ... failed")
+    fatal(
+        r"\b(?:NCCL|RCCL|HCCL|Gloo|MPI)\b(?: WARN\b)?.{0,160}?"
+        r"\b(?:error|fail(?:ed|ure|s)?|timed? ?out|abort(?:ed|ing)?)\b",
+        _NCCL,
+    ),
+    fatal(r"\b[nrh]ccl\w*(?:Error|\s+fail(?:ed|ure)?\b)|\b[nrh]ccl\w* is null\b", _NCCL),
+    # tgi-04-nccl, tgi-12-nccl ("Watchdog caught collective operation timeout")
+    fatal(r"\bcollective operation\b.{0,40}?\btime|ProcessGroup\w*.*?Watchdog caught", _NCCL),
+)
+
+#: Native aborts and signals: CUDA/ROCm/HIP/HSA errors, ggml aborts, segfaults, C++ throws.
+NATIVE: Final[tuple[LogPattern, ...]] = (
+    # trtllm-03-crash ("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered")
+    fatal(
+        r"illegal (?:memory access|address|instruction)|\bCUDA_ERROR_\w+|\bcudaError\w+"
+        r"|\bhipError\w+|\bHSA_STATUS_ERROR\w*|device-side assert"
+        r"|\b(?:CUDA|HIP|ROCm|HSA|CANN|ACL) (?:driver |runtime )?error\b",
+        _CRASH,
+    ),
+    # tgi-12-nccl ("terminate called after throwing an instance of"), triton-04-crash
+    # ("Assertion failed: Failed to deserialize cuda engine"), llama.cpp's ggml_abort
+    fatal(
+        r"Segmentation fault|\bSIG(?:SEGV|ABRT|BUS|ILL|FPE)\b|core dumped|Fatal Python error"
+        r"|terminate called after throwing|\bAssertion\b.{0,80}?\bfailed\b|\bggml_abort\b"
+        r"|GGML_ASSERT|double free or corruption|stack smashing detected",
+        _CRASH,
+    ),
+    # tgi-07-oom: a Rust panic (its reason may name the memory family, checked first)
+    fatal(r"\bthread '[^']*' panicked at\b", _CRASH),
+)
+
+#: Launcher and supervisor messages: a shard, worker or server that failed, exit codes.
+LAUNCHER: Final[tuple[LogPattern, ...]] = (
+    # tgi-02-oom ("Shard 0 failed to start"), triton-03-crash ("failed to load all models"),
+    # llamacpp-09-crash ("exiting due to model loading error"), tgi-14-crash ("Error when
+    # initializing model"), vllm-27-crash ("EngineCore failed to start")
+    fatal(
+        r"\b(?:shard|worker|engine|core|server|runner|scheduler|executor|backend|model|process)"
+        r"\w*\b.{0,40}?\b(?:failed to (?:start|initiali[sz]e|launch|load)|initiali[sz]ation"
+        r" failed|(?:could|can) ?not (?:start|be loaded)|crashed\b|died unexpectedly)",
+        _CRASH,
+    ),
+    fatal(
+        r"\b(?:failed to load|error (?:when |while )?(?:loading|initiali[sz]ing)) (?:the )?"
+        r"(?:all )?models?\b|\bexiting due to\b.{0,40}?\berror|error: creating server",
+        _CRASH,
+    ),
+    # tgi-02-oom, tgi-13-crash ("Error: ShardCannotStart"), tgi-07-oom ("Error: WebserverFailed"):
+    # a launcher's main returning its error variant
+    fatal(r"^Error: [A-Z]\w*(?:CannotStart|Failed|Crashed|Died)\b", _CRASH),
+    # llamacpp-09-crash ("llama_server exited with code 1", "exited before becoming ready")
+    fatal(r"\bexit(?:ed)? (?:with )?(?:exit )?(?:code|status)[ :=]*[1-9]|exited before", _CRASH),
+    # vllm-28-crash ("vllm: command not found"): the server never ran
+    fatal(r": command not found\b|: No such file or directory$|exec format error", _CRASH),
+)
+
+#: Every shared fatal family, in precedence order (the classifier sorts oom, nccl, crash).
+FATAL: Final[tuple[LogPattern, ...]] = (*MEMORY, *COLLECTIVE, *NATIVE, *LAUNCHER)
+
+#: Words at least one of which every ``FATAL`` pattern needs: a line without any skips the
+#: families (two thirds of all lines; the families' own alternation costs ten times more).
+#: Extend it with each new family (tests check it over the corpus).
+FATAL_HINT: Final = re.compile(
+    r"memor|alloc|oom|cache|ccl|gloo|mpi|collective|watchdog|error|fail|fault|sig|core dump"
+    r"|terminat|assert|abort|panic|illegal|double free|smash|crash|died|exit|not start"
+    r"|not be loaded|not found|no such",
+    re.IGNORECASE,
+)
+
+#: An operator's stop: signals from outside end the process, they are not a failed start.
+STOPS: Final[tuple[LogPattern, ...]] = (
+    # sglang-05-ready ("crashed with exit code -15", "SIGQUIT received"), vllm-29-hang
+    # ("*** SIGTERM received"), vllm-31-other ("KeyboardInterrupt: terminated")
+    benign(
+        r"(?:exit(?:ed)? (?:with )?(?:exit )?(?:code|status)|signal)[ :=]*(?:-15|-2|143|130)\b"
+        r"|\bSIG(?:TERM|INT|QUIT|HUP)\b|\bKeyboardInterrupt\b|\bCancelledError\b"
+        r"|received (?:a )?(?:shutdown|termination|stop) (?:signal|request)"
+    ),
+)
+
+#: Noise every engine's log carries; none of it says anything about the cold start.
+BENIGN: Final[tuple[LogPattern, ...]] = (
+    # DESIGN.md (CUTE_DSL package walk)
+    benign(
+        r"CUTE_DSL|Unexpected error during package (?:walk|packing)|cutlass\.cute\.experimental"
+    ),
+    # vllm-05-ready, sglang-01-crash ("[Gloo] Rank 0 is connected to 7 peer ranks")
+    benign(r"\[Gloo\] Rank \d+ is connected to \d+ peer ranks"),
+    # vllm-05-ready: TensorFlow/XLA imported next to torch
+    benign(r"Unable to register cu(?:FFT|DNN|BLAS) factory|computation placer already registered"),
+    benign(
+        r"absl::InitializeLog\(\)|oneDNN custom operations are on|TensorFlow binary is optimized"
+    ),
+    benign(r"^To enable the following instructions: "),
+    # vllm-05-ready, sglang-03-oom ("`torch_dtype` is deprecated!"), vllm-18-ready
+    benign(r"\bis deprecated\b|DeprecationWarning|FutureWarning|\[DEPRECATED\]"),
+    # sglang-01-crash, sglang-05-ready: the source line Python prints under a UserWarning
+    benign(r"^\s*_?warnings\.warn\("),
+    # sglang-05/07-ready/other, vllm-03-other: Hugging Face Hub rate-limit notice
+    benign(r"sending unauthenticated requests to the HF Hub"),
+    # vllm ENGINES.md "alive, silent": printed every 60 s whether or not work progresses
+    benign(r"No available shared memory broadcast block found"),
+    # issue 5: printed on a normal SIGTERM stop of vLLM; vllm-17-ready's shutdown
+    benign(r"\bEngineDeadError\b|destroy_process_group\(\) was not called"),
+    # sglang-07-other: multiprocessing shutdown noise after an operator's kill
+    benign(r"resource_tracker: There appear to be \d+ leaked"),
+)
+
+#: Lines that announce a traceback whose final exception line is the cause of the failure.
+WRAPPERS: Final[tuple[LogPattern, ...]] = (
+    # sglang-01-crash ("Scheduler hit an exception"), vllm-10-nccl ("EngineCore hit an
+    # exception"), tgi-09-crash ("Method Warmup encountered an error")
+    wrapper(r"\b(?:hit|encountered|raised|caught) an? (?:unhandled |fatal )?(?:exception|error)\b"),
+    # vllm-08-nccl ("Exception in worker VllmWorkerProcess while processing method")
+    wrapper(r"\bException in (?:worker|thread|process|background)\b"),
+    # vllm-22-oom ("EngineCore failed to start."): a component's failure announced bare, its
+    # cause in the traceback that follows (an oom there beats this line's crash)
+    wrapper(r"^.{0,120}\b\w+ failed to (?:start|initiali[sz]e)\.?\s*(?:Traceback.*)?$"),
+)
+
+#: Ready announcements and the progress bar most PyTorch loaders share.
+MARKERS: Final[tuple[LogPattern, ...]] = (
+    # vllm-05/06-ready, sglang-04-ready: the shard bar of Hugging Face checkpoints
+    progress(
+        r"Loading (?:safetensors )?checkpoint shards\s*:\s*\d+% Completed \| "
+        r"(?P<done>\d+)/(?P<total>\d+)",
+        "shards",
+        Phase.LOADING,
+        per_model=True,
+    ),
+    # lmdeploy-01-ready, trtllm-01-ready, vllm-06-ready: uvicorn serving
+    marker(r"Uvicorn running on|Application startup complete", "ready", Phase.READY),
+    # llamacpp-01/07-ready ("server is listening on http://", "listening on http://"); a
+    # bare "HTTP server is listening, hostname" (llamacpp-08-oom) comes before the load
+    marker(
+        r"\b(?:server is )?listening on (?:https?://|\[?[\w.:-]+\]?:\d+)|\bserver is ready\b"
+        r"|\bready to (?:roll|serve|accept)|\brunner started\b|\bstartup complete\b",
+        "ready",
+        Phase.READY,
+    ),
+)
+
+#: Frames of a traceback that name a family: the cause chain counts, not only its last line.
+CHAIN_HINTS: Final[tuple[tuple[re.Pattern[str], FailureReason], ...]] = (
+    # sglang-16-nccl (PyNcclCommunicator -> ncclCommInitRank frames)
+    (
+        re.compile(r"\bpy[nrh]ccl\w*|\b[nrh]ccl(?:Comm|Group|AllReduce)\w*|ProcessGroup[NH]CCL"),
+        _NCCL,
+    ),
+)
