@@ -430,20 +430,10 @@ class JournalLogSource(_JournalFollower):
     nothing twice. Rotation is followed through the reader's inotify descriptor.
     """
 
-    def __init__(
-        self,
-        unit: str,
-        *,
-        cursor_file: str | None,
-        since: float | None,
-        journal_dir: str | None = None,
-        max_lines: int = LINES_PER_SAMPLE,
-    ) -> None:
-        super().__init__(
-            unit, cursor_file=cursor_file, since=since, journal_dir=journal_dir, max_lines=max_lines
-        )
-        self._reader: Any = None
-        self._stash: Mapping[str, object] | None = None
+    #: The systemd-python reader, opened on the first ``sample()`` (an untyped C binding).
+    _reader: Any = None
+    #: An entry read ahead of its turn, returned by the next ``_next_entry()``.
+    _stash: Mapping[str, object] | None = None
 
     def close(self) -> None:
         """Close the journal reader."""
