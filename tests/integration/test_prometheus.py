@@ -233,6 +233,8 @@ def _wait_for_both_outcomes(exp: Exporter, prom: Prometheus) -> None:
     exp.wait_for(lambda t: t["phase"] == "serving", "healthy", timeout=40)
     exp.wait_for(lambda t: t["stalled"], "hung", timeout=40)
     prom.wait_for('inference_server_phase{target="healthy",phase="serving"} == 1', "serving")
+    # recording rules run on their own interval: the first evaluation after serving
+    prom.wait_for('deployment:inference_server_ready:min{deployment="chat-prod"} == 1', "rule")
     prom.wait_for(
         'ALERTS{alertname="InferenceColdStartStalled",alertstate="firing"}', "the stall alert"
     )
