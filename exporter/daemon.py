@@ -83,7 +83,7 @@ class _Watched:
     last_stalled: bool = False
 
     def sources(self) -> list[Source[object]]:
-        """The target's tick sources, in the order their results are read."""
+        """The target's tick sources, the process tree first (the loop samples it first)."""
         found: list[Source[object]] = [self.process, self.prober]
         if self.logs is not None:
             found.append(self.logs)
@@ -188,10 +188,16 @@ class Daemon:
         """Sample every source once, observe and step every target, publish the snapshot."""
         started = time.perf_counter()
         completions = [self._collect_completion(w) for w in self._watched]
-        calls = [SourceCall(s) for s in self._tick_host_sources()] + [
-            SourceCall(s, w.target.name) for w in self._watched for s in w.sources()
+        deadline = time.monotonic() + self.settings.interval_seconds
+        # Process trees first (a few ms of /proc reads), everything else after: an engine's
+        # last log lines are then read after it was seen gone, so its fatal line and its exit
+        # arrive in the same tick and the reason is the line's, not a bare "exited".
+        first = [SourceCall(w.process, w.target.name) for w in self._watched]
+        rest = [SourceCall(s) for s in self._tick_host_sources()] + [
+            SourceCall(s, w.target.name) for w in self._watched for s in w.sources()[1:]
         ]
-        results = self._runner.run(calls, time.monotonic() + self.settings.interval_seconds)
+        calls = first + rest
+        results = self._runner.run(first, deadline) + self._runner.run(rest, deadline)
         by_source = {id(c.source): r for c, r in zip(calls, results, strict=True)}
         statuses = [r.status for r in results]
         host = host_readings({s.name: by_source[id(s)].value for s in self._host_sources})
