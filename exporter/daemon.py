@@ -187,6 +187,7 @@ class Daemon:
     def tick(self) -> Snapshot:
         """Sample every source once, observe and step every target, publish the snapshot."""
         started = time.perf_counter()
+        sampled_from = self._clock()
         completions = [self._collect_completion(w) for w in self._watched]
         deadline = time.monotonic() + self.settings.interval_seconds
         # Process trees first (a few ms of /proc reads), everything else after: an engine's
@@ -229,6 +230,7 @@ class Daemon:
                 self._errors[st.source] = self._errors.get(st.source, 0) + 1
         snap = Snapshot(
             taken_at=now,
+            sampled_from=sampled_from,
             targets=tuple(targets),
             gpus=gpu.gpus,
             gpu_stale=gpu.stale,

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
@@ -68,6 +69,11 @@ exit codes:
   124  --timeout passed first (default 15m)
   130  interrupted (Ctrl-C)
 
+A verdict counts only from a sample the exporter took after wait started, so
+`systemctl restart X && wait X` never sees the state from before the restart; with
+--started-after TIME, only a process started at or after TIME counts (for a restart
+that happens after wait begins, or that is asynchronous, like a rollout).
+
 On a terminal one live line shows phase, elapsed time, progress, GPU memory, read rate
 and ETA; otherwise one line is printed per phase change. Stall detection needs the daemon.
 
@@ -93,6 +99,20 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _instant(text: str) -> float:
+    """A flag's point in time: Unix seconds ("1764633600") or ISO-8601 (a zone, or local)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: not Unix seconds or an ISO-8601 time"
+        ) from None
+
+
 def add_daemon_flags(p: argparse.ArgumentParser) -> None:
     """``--url`` and ``--ca-file``: where the exporter's ``/status`` is (shared with ``status``)."""
     p.add_argument(
@@ -116,6 +136,13 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--timeout", type=_duration, default=900.0, help="give up after (default 15m)")
     p.add_argument("--interval", type=_duration, default=1.0, help="poll every (default 1s)")
+    p.add_argument(
+        "--started-after",
+        type=_instant,
+        default=None,
+        metavar="TIME",
+        help="only a process started at or after TIME counts (Unix seconds or ISO-8601)",
+    )
     add_daemon_flags(p)
     alone = p.add_argument_group("standalone mode (no exporter)")
     alone.add_argument("--health-url", help="probe this readiness URL directly")
@@ -166,6 +193,8 @@ def _check_flags(args: argparse.Namespace) -> None:
             parts.port  # noqa: B018  (raises on a port that is not a number)
         except ValueError:
             raise WaitError(f"{name}: the port is not a number") from None
+    if args.health_url and args.started_after is not None:
+        raise WaitError("--started-after needs daemon mode (a TARGET): standalone sees no process")
     if args.interval <= 0 or args.probe_timeout <= 0:
         raise WaitError("--interval and --probe-timeout must be above 0")
 
@@ -466,9 +495,30 @@ class _ReadRate:
         return self.rate
 
 
+def fresh(status: StatusDoc, asked_at: float) -> bool:
+    """The document's sample began after ``asked_at``: nothing in it predates the question.
+
+    Exporters before ``sampled_from`` existed: a tick ends at ``taken_at``, so a document taken
+    a whole poll interval after the question is from a later tick.
+    """
+    began = status.get("sampled_from")
+    if began is not None:
+        return began >= asked_at
+    return status.get("taken_at", 0.0) >= asked_at + 1.0
+
+
+def started_in_time(doc: TargetDoc, started_after: float | None) -> bool:
+    """The target's process started at or after ``started_after`` (any process when None)."""
+    if started_after is None:
+        return True
+    started = doc["started_at"]
+    return started is not None and started >= started_after
+
+
 class _DaemonWait:
     def __init__(self, args: argparse.Namespace, out: _Display) -> None:
         self._args, self._out = args, out
+        self._asked_at = time.time()
         self._deadline = time.monotonic() + args.timeout
         self._shown: tuple[str, bool] | None = None
         self._rate = _ReadRate()
@@ -512,6 +562,10 @@ class _DaemonWait:
             self._out.line(change_line(doc))
         rate = self._rate.update(status.get("taken_at"), doc)
         self._out.live(live_line(doc, rate, unicode=self._out.unicode))
+        if not fresh(status, self._asked_at):
+            return None  # a sample from before the question may show the old process
+        if not started_in_time(doc, self._args.started_after):
+            return None  # the process the question is about has not started yet
         return judge(doc, self._args.until)
 
     def _finish(self, verdict: Verdict, doc: TargetDoc | None) -> int:

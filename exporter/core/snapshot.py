@@ -47,6 +47,7 @@ class Snapshot:
 
     Attributes:
         taken_at: end of the tick, Unix epoch seconds.
+        sampled_from: start of the tick: every reading in it was taken at or after this time.
         targets: one entry per configured target, in config order.
         gpus: the latest GPU sample (empty when NVML is down or absent).
         gpu_stale: the GPU sample is older than this tick (NVML hung or restarting).
@@ -61,6 +62,7 @@ class Snapshot:
 
     taken_at: float
     targets: tuple[TargetSnapshot, ...] = ()
+    sampled_from: float | None = None
     gpus: tuple[GpuSample, ...] = ()
     gpu_stale: bool = False
     foreign_gpu_memory_bytes: tuple[tuple[int, int], ...] = ()

@@ -503,3 +503,61 @@ def test_exit_2_when_the_exporter_wants_credentials_and_they_travel_in_the_url()
         sent = server.requests[0].headers["authorization"]
     assert sent == "Basic YWxpY2U6cHc="  # alice:pw
     assert done.returncode == 2 and "known targets: kimi" in done.stderr
+
+
+# --- a restart right before wait ------------------------------------------------------------
+
+
+def _restart(sim) -> None:
+    """Stop the simulated engine and start it again with the same flags: a new cold start."""
+    from tests.integration.harness import stop
+
+    old = sim.proc
+    stop(old)
+    if old.stdout is not None:
+        old.stdout.close()
+    sim.proc = subprocess.Popen(old.args, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def _health(port: int) -> int | None:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status
+    except (urllib.error.URLError, ConnectionError):
+        return None
+
+
+@pytest.mark.integration
+def test_wait_right_after_a_restart_waits_for_the_new_process(tmp_path):
+    # A slow tick (1 s) keeps the pre-restart "ready" in /status for up to a second: the
+    # window in which `systemctl restart X && wait X` used to exit 0 at once.
+    with (
+        simulator(tmp_path, gpus=1, start_seconds=2.0, init_seconds=1.0) as sim,
+        exporter(tmp_path, target_toml("sim", sim, interval=1.0), interval=1.0) as exp,
+    ):
+        exp.wait_for(lambda t: t["phase"] in ("ready", "serving"), "sim", timeout=60)
+        old_start = exp.target("sim")["started_at"]
+        _restart(sim)
+        began = time.monotonic()
+        out = cli("wait", "sim", "--url", exp.url, "--timeout", "60")
+        took = time.monotonic() - began
+
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert _health(sim.port) == 200  # the verdict is about the process that answers now
+        assert took >= 2.0  # the new engine refuses connections for its first 2 s
+        assert exp.target("sim")["started_at"] != old_start
+
+
+@pytest.mark.integration
+def test_started_after_skips_a_process_older_than_the_time_given(tmp_path):
+    with (
+        simulator(tmp_path, gpus=1) as sim,
+        exporter(tmp_path, target_toml("sim", sim, interval=0.25)) as exp,
+    ):
+        exp.wait_for(lambda t: t["phase"] in ("ready", "serving"), "sim", timeout=60)
+        later = str(time.time() + 3600)
+        out = cli("wait", "sim", "--url", exp.url, "--timeout", "3", "--started-after", later)
+        assert out.returncode == 124, out.stdout + out.stderr
