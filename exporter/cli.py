@@ -10,6 +10,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -313,6 +314,11 @@ def serve(
         server.stop()
         daemon.close()
         log.info("stopped after_s=%.0f", time.monotonic() - started)
+    if daemon.stuck_sources:
+        # Python joins pool threads at exit; one stuck in a syscall would hang SIGTERM forever.
+        log.warning("exiting with source calls still stuck count=%d", daemon.stuck_sources)
+        logging.shutdown()
+        os._exit(EXIT_OK)
     return EXIT_OK
 
 

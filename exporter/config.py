@@ -7,7 +7,9 @@ are collected before raising, so one run of ``check-config`` lists everything.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -282,6 +284,17 @@ def _check_url(value: str) -> str | None:
     return None
 
 
+def _check_log_file(value: str) -> str | None:
+    """An absolute path; when it exists, a regular file (a FIFO or a device never ends)."""
+    if not value.startswith("/"):
+        return "must be an absolute path"
+    try:
+        mode = os.stat(value).st_mode
+    except OSError:
+        return None  # may appear later (the engine creates it): the source reports it then
+    return None if stat.S_ISREG(mode) else "is not a regular file (a FIFO or a device?)"
+
+
 def _check_path(value: str) -> str | None:
     return None if value.startswith("/") else "must start with /"
 
@@ -384,6 +397,7 @@ def _read_finders(r: _Table) -> _Finders:
     if len(given) > 1:
         r.fail(given[1], f"conflicts with {given[0]}: use one of unit, pidfile, cmdline")
     log_file = r.optional_str("log_file")
+    r.check("log_file", log_file, _check_log_file)
     journal = r.bool_field("journal", bool(unit) and not log_file)
     if journal and not unit:
         r.fail("journal", "needs unit to know which journal entries are this server's")

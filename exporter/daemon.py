@@ -153,6 +153,8 @@ class Daemon:
         self._runner = SourceRunner(max(2, min(16, len(self._watched) + 1)))
         self._ticks = 0
         self._history_errors = 0
+        #: Source calls still running at ``close()`` (they hold threads Python cannot stop).
+        self.stuck_sources = 0
 
     def _watch(self, target: Target) -> _Watched:
         saved = self.history.saved_start(target.name)
@@ -451,6 +453,7 @@ class Daemon:
             self._save_progress(w)
         self._close_sources(self._tick_host_sources())
         self.history.close()
+        self.stuck_sources = self._runner.stuck
         self.notifier.close()
 
 

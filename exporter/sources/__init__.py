@@ -179,3 +179,8 @@ class SourceRunner:
     def close(self) -> None:
         """Stop the pool; calls still running are abandoned, not waited for."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def stuck(self) -> int:
+        """Calls that have not returned: their threads would hold up the interpreter's exit."""
+        return sum(not f.done() for f in self._running.values())

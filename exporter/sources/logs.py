@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import time
@@ -138,6 +139,26 @@ class _LineSplitter:
         self.dropping = self.dropping or len(chunk) > room
 
 
+def open_regular_file(path: str) -> BinaryIO:
+    """Open a log file for reading without ever blocking; refuse what is not a regular file.
+
+    A FIFO would block ``open()`` until a writer comes and every read after it; a device like
+    /dev/zero never ends. Both are refused with ``not_regular_file``.
+
+    Raises:
+        SourceError: the file cannot be opened, or is not a regular file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _open_error(exc) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SourceError("not_regular_file", f"{path} is not a regular file")
+    os.set_blocking(fd, True)  # a regular file never blocks; buffered reads want it plain
+    return os.fdopen(fd, "rb")
+
+
 class FileLogSource:
     """Follows a plain log file across rotation (new inode) and truncation (copytruncate).
 
@@ -199,10 +220,7 @@ class FileLogSource:
             self._fh = None
 
     def _open(self, *, from_start: bool) -> BinaryIO:
-        try:
-            fh = open(self.path, "rb")  # noqa: SIM115 - held open to follow the file
-        except OSError as exc:
-            raise _open_error(exc) from exc
+        fh = open_regular_file(self.path)
         st = os.fstat(fh.fileno())
         self._fh, self._identity = fh, (st.st_dev, st.st_ino)
         self._records.clear()
