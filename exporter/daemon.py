@@ -104,16 +104,84 @@ def weights_size(model_path: str | None) -> int | None:
         return None
 
 
+#: Wall minus monotonic moving by more than this between two reads is a clock step, not jitter.
+CLOCK_STEP_SECONDS: Final = 1.0
+#: Tick overruns are logged at most this often (with the count since the last line).
+OVERRUN_LOG_SECONDS: Final = 60.0
+
+
+class AnchoredClock:
+    """Epoch seconds that advance with the monotonic clock, re-anchored when the wall clock steps.
+
+    Between steps the time is ``anchor + monotonic``, so NTP slewing or a read that races a
+    step never stretches or reverses the loop's timers. When wall minus monotonic moves by
+    more than ``step_seconds`` (an NTP step after boot, a manual ``date -s``), the anchor moves
+    to the new wall clock at once, so exported timestamps (``last_tick_timestamp_seconds``,
+    ``/status``) are right again instead of off for the life of the process.
+    """
+
+    def __init__(
+        self,
+        wall: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
+        *,
+        step_seconds: float = CLOCK_STEP_SECONDS,
+    ) -> None:
+        self._wall, self._mono, self._step_seconds = wall, mono, step_seconds
+        self._offset = wall() - mono()
+        #: How many steps were seen, and the last one's size in seconds (+ forward).
+        self.steps = 0
+        self.last_step_seconds = 0.0
+
+    def __call__(self) -> float:
+        """Epoch seconds now (re-anchoring first when the wall clock stepped)."""
+        mono = self._mono()
+        offset = self._wall() - mono
+        if abs(offset - self._offset) > self._step_seconds:
+            self.steps += 1
+            self.last_step_seconds = offset - self._offset
+            self._offset = offset
+            log.warning(
+                "wall clock stepped, timestamps re-anchored step_s=%.3f steps=%d",
+                self.last_step_seconds,
+                self.steps,
+            )
+        return self._offset + mono
+
+
 def anchored_clock(
     wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic
-) -> Callable[[], float]:
-    """Epoch seconds that advance with the monotonic clock.
+) -> AnchoredClock:
+    """The daemon's clock: see ``AnchoredClock``."""
+    return AnchoredClock(wall, mono)
 
-    Read the wall clock once and add monotonic time from then on, so an NTP step or a manual
-    clock change does not stretch or reverse stall timers and durations.
-    """
-    wall0, mono0 = wall(), mono()
-    return lambda: wall0 + (mono() - mono0)
+
+class _OverrunLog:
+    """Counts ticks that took longer than the interval; one warning a minute at most."""
+
+    def __init__(self, every: float = OVERRUN_LOG_SECONDS) -> None:
+        self.total = 0
+        self._every = every
+        self._unlogged = 0
+        self._logged_at: float | None = None
+
+    def tick(self, took: float, interval: float, now_mono: float) -> None:
+        """Note one tick of ``took`` seconds against ``interval``."""
+        if took <= interval:
+            return
+        self.total += 1
+        self._unlogged += 1
+        if self._logged_at is not None and now_mono - self._logged_at < self._every:
+            return
+        log.warning(
+            "tick overran the interval took_s=%.3f interval_s=%g overruns=%d total=%d "
+            "(slow sources or too many targets: see inference_exporter_source_duration_seconds)",
+            took,
+            interval,
+            self._unlogged,
+            self.total,
+        )
+        self._logged_at, self._unlogged = now_mono, 0
 
 
 class Daemon:
@@ -153,6 +221,7 @@ class Daemon:
         self._runner = SourceRunner(max(2, min(16, len(self._watched) + 1)))
         self._ticks = 0
         self._history_errors = 0
+        self._overruns = _OverrunLog()
 
     def _watch(self, target: Target) -> _Watched:
         saved = self.history.saved_start(target.name)
@@ -221,6 +290,8 @@ class Daemon:
             self._health.record(st)
             if not st.up:
                 self._errors[st.source] = self._errors.get(st.source, 0) + 1
+        took = time.perf_counter() - started
+        self._overruns.tick(took, self.settings.interval_seconds, time.monotonic())
         snap = Snapshot(
             taken_at=now,
             targets=tuple(targets),
@@ -231,7 +302,8 @@ class Daemon:
             host=host,
             sources=tuple(statuses),
             source_errors=tuple(sorted(self._errors.items())),
-            tick_duration_seconds=time.perf_counter() - started,
+            tick_duration_seconds=took,
+            tick_overruns=self._overruns.total,
             version=__version__,
         )
         self.latest = snap  # one reference swap: scrapes see the old or the new, never half

@@ -11,7 +11,6 @@ import pytest
 
 from exporter.core.lifecycle import ColdStart, learned_stall_seconds
 from exporter.core.model import Phase
-from exporter.daemon import anchored_clock
 from exporter.history import History
 
 
@@ -126,12 +125,3 @@ def _fill(path):
                 os.fsync(f.fileno())
     except OSError:
         pass  # the disk is full now
-
-
-def test_anchored_clock_ignores_wall_clock_jumps():
-    walls = iter([1000.0])
-    monos = iter([5.0, 6.0, 7.0])
-    clock = anchored_clock(lambda: next(walls), lambda: next(monos))
-    # the wall clock is never read again: a step back of an hour changes nothing
-    assert clock() == 1001.0
-    assert clock() == 1002.0

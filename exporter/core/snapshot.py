@@ -56,6 +56,7 @@ class Snapshot:
         sources: how each source call of this tick went.
         source_errors: per source, failed calls since start.
         tick_duration_seconds: how long sampling took.
+        tick_overruns: ticks since start that took longer than the interval.
         version: exporter version, for ``inference_exporter_build_info``.
     """
 
@@ -69,5 +70,6 @@ class Snapshot:
     sources: tuple[SourceStatus, ...] = ()
     source_errors: tuple[tuple[str, int], ...] = ()
     tick_duration_seconds: float = 0.0
+    tick_overruns: int = 0
     version: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
