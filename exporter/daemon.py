@@ -325,11 +325,17 @@ class Daemon:
         return self._gpu_reading
 
     def _history_status(self) -> SourceStatus:
-        """The history store as a source: down when in memory or when writes fail."""
-        failed = self.history.in_memory or self.history.errors > self._history_errors
+        """The history store as a source: down while in memory, lost or failing writes.
+
+        ``History.check`` keeps a problem until it is fixed (and a lost store for ten minutes
+        after), so ``InferenceExporterSourceDown`` (5 minutes) can fire; a failed write that
+        a later one fixed still shows for the tick it happened in.
+        """
+        problem = self.history.check()
+        failed = self.history.errors > self._history_errors
         self._history_errors = self.history.errors
-        error = "in_memory" if self.history.in_memory else ("write_failed" if failed else None)
-        return SourceStatus("history", not failed, 0.0, error)
+        error = problem or ("write_failed" if failed else None)
+        return SourceStatus("history", error is None, 0.0, error)
 
     def _schedule_completion(self, w: _Watched, now: float) -> None:
         """Start a completion probe when one is due; it runs beside the loop, never in a tick."""
