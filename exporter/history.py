@@ -166,11 +166,12 @@ class History:
             self._conn.close()
         try:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            if os.path.exists(path):
+            # A replaced file may be the operator's restored backup: write into it instead.
+            if why != "replaced" and os.path.exists(path):
                 os.replace(path, f"{path}.corrupt-{int(time.time())}")
-            for suffix in ("-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path + suffix)
+                for suffix in ("-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path + suffix)
             self._conn = _connect(path)
         except (OSError, sqlite3.Error) as exc:
             log.error("history store cannot be recreated path=%s error=%s", path, exc)
