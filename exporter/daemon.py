@@ -104,16 +104,84 @@ def weights_size(model_path: str | None) -> int | None:
         return None
 
 
+#: Wall minus monotonic moving by more than this between two reads is a clock step, not jitter.
+CLOCK_STEP_SECONDS: Final = 1.0
+#: Tick overruns are logged at most this often (with the count since the last line).
+OVERRUN_LOG_SECONDS: Final = 60.0
+
+
+class AnchoredClock:
+    """Epoch seconds that advance with the monotonic clock, re-anchored when the wall clock steps.
+
+    Between steps the time is ``anchor + monotonic``, so NTP slewing or a read that races a
+    step never stretches or reverses the loop's timers. When wall minus monotonic moves by
+    more than ``step_seconds`` (an NTP step after boot, a manual ``date -s``), the anchor moves
+    to the new wall clock at once, so exported timestamps (``last_tick_timestamp_seconds``,
+    ``/status``) are right again instead of off for the life of the process.
+    """
+
+    def __init__(
+        self,
+        wall: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
+        *,
+        step_seconds: float = CLOCK_STEP_SECONDS,
+    ) -> None:
+        self._wall, self._mono, self._step_seconds = wall, mono, step_seconds
+        self._offset = wall() - mono()
+        #: How many steps were seen, and the last one's size in seconds (+ forward).
+        self.steps = 0
+        self.last_step_seconds = 0.0
+
+    def __call__(self) -> float:
+        """Epoch seconds now (re-anchoring first when the wall clock stepped)."""
+        mono = self._mono()
+        offset = self._wall() - mono
+        if abs(offset - self._offset) > self._step_seconds:
+            self.steps += 1
+            self.last_step_seconds = offset - self._offset
+            self._offset = offset
+            log.warning(
+                "wall clock stepped, timestamps re-anchored step_s=%.3f steps=%d",
+                self.last_step_seconds,
+                self.steps,
+            )
+        return self._offset + mono
+
+
 def anchored_clock(
     wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic
-) -> Callable[[], float]:
-    """Epoch seconds that advance with the monotonic clock.
+) -> AnchoredClock:
+    """The daemon's clock: see ``AnchoredClock``."""
+    return AnchoredClock(wall, mono)
 
-    Read the wall clock once and add monotonic time from then on, so an NTP step or a manual
-    clock change does not stretch or reverse stall timers and durations.
-    """
-    wall0, mono0 = wall(), mono()
-    return lambda: wall0 + (mono() - mono0)
+
+class _OverrunLog:
+    """Counts ticks that took longer than the interval; one warning a minute at most."""
+
+    def __init__(self, every: float = OVERRUN_LOG_SECONDS) -> None:
+        self.total = 0
+        self._every = every
+        self._unlogged = 0
+        self._logged_at: float | None = None
+
+    def tick(self, took: float, interval: float, now_mono: float) -> None:
+        """Note one tick of ``took`` seconds against ``interval``."""
+        if took <= interval:
+            return
+        self.total += 1
+        self._unlogged += 1
+        if self._logged_at is not None and now_mono - self._logged_at < self._every:
+            return
+        log.warning(
+            "tick overran the interval took_s=%.3f interval_s=%g overruns=%d total=%d "
+            "(slow sources or too many targets: see inference_exporter_source_duration_seconds)",
+            took,
+            interval,
+            self._unlogged,
+            self.total,
+        )
+        self._logged_at, self._unlogged = now_mono, 0
 
 
 class Daemon:
@@ -155,6 +223,7 @@ class Daemon:
         self._history_errors = 0
         #: Source calls still running at ``close()`` (they hold threads Python cannot stop).
         self.stuck_sources = 0
+        self._overruns = _OverrunLog()
 
     def _watch(self, target: Target) -> _Watched:
         saved = self.history.saved_start(target.name)
@@ -189,7 +258,6 @@ class Daemon:
     def tick(self) -> Snapshot:
         """Sample every source once, observe and step every target, publish the snapshot."""
         started = time.perf_counter()
-        sampled_from = self._clock()
         completions = [self._collect_completion(w) for w in self._watched]
         deadline = time.monotonic() + self.settings.interval_seconds
         # Process trees first (a few ms of /proc reads), everything else after: an engine's
@@ -230,9 +298,10 @@ class Daemon:
             self._health.record(st)
             if not st.up:
                 self._errors[st.source] = self._errors.get(st.source, 0) + 1
+        took = time.perf_counter() - started
+        self._overruns.tick(took, self.settings.interval_seconds, time.monotonic())
         snap = Snapshot(
             taken_at=now,
-            sampled_from=sampled_from,
             targets=tuple(targets),
             gpus=gpu.gpus,
             gpu_stale=gpu.stale,
@@ -241,7 +310,8 @@ class Daemon:
             host=host,
             sources=tuple(statuses),
             source_errors=tuple(sorted(self._errors.items())),
-            tick_duration_seconds=time.perf_counter() - started,
+            tick_duration_seconds=took,
+            tick_overruns=self._overruns.total,
             version=__version__,
         )
         self.latest = snap  # one reference swap: scrapes see the old or the new, never half
@@ -263,11 +333,17 @@ class Daemon:
         return self._gpu_reading
 
     def _history_status(self) -> SourceStatus:
-        """The history store as a source: down when in memory or when writes fail."""
-        failed = self.history.in_memory or self.history.errors > self._history_errors
+        """The history store as a source: down while in memory, lost or failing writes.
+
+        ``History.check`` keeps a problem until it is fixed (and a lost store for ten minutes
+        after), so ``InferenceExporterSourceDown`` (5 minutes) can fire; a failed write that
+        a later one fixed still shows for the tick it happened in.
+        """
+        problem = self.history.check()
+        failed = self.history.errors > self._history_errors
         self._history_errors = self.history.errors
-        error = "in_memory" if self.history.in_memory else ("write_failed" if failed else None)
-        return SourceStatus("history", not failed, 0.0, error)
+        error = problem or ("write_failed" if failed else None)
+        return SourceStatus("history", error is None, 0.0, error)
 
     def _schedule_completion(self, w: _Watched, now: float) -> None:
         """Start a completion probe when one is due; it runs beside the loop, never in a tick."""

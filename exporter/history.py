@@ -8,6 +8,7 @@ the daemon; ``errors`` counts failed writes for ``/metrics``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -21,6 +22,13 @@ from exporter.core.lifecycle import ColdStart, SavedStart
 from exporter.core.model import STARTUP_PHASES, Phase
 
 log = logging.getLogger(__name__)
+#: After the store was lost (deleted, truncated, corrupt), ``source_up{source="history"}``
+#: stays 0 this long although writing works again, so the 5-minute alert can fire.
+LOSS_VISIBLE_SECONDS: Final = 600.0
+#: Finished cold starts kept in memory, to write again into a store that replaced a lost one.
+KEPT_STARTS: Final = 200
+#: sqlite's codes for a file that is not (or no longer) a database.
+_CORRUPT_CODES: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
 SCHEMA_VERSION: Final = 1
 #: How many past successful starts feed the expectations.
 RECENT_STARTS: Final = 10
@@ -59,6 +67,12 @@ class History:
         self.path = path
         self.errors = 0
         self.in_memory = path is None
+        #: Why the store is not keeping history now (sticky until fixed), or None.
+        self.problem: str | None = None
+        self._lost_at: float | None = None
+        self._identity = _identity(path)
+        self._kept: list[tuple[str, str, str, ColdStart]] = []
+        self._progress: dict[str, SavedStart] = {}
 
     @classmethod
     def open(cls, state_directory: str | None) -> History:
@@ -96,21 +110,83 @@ class History:
             with self._conn:
                 self._conn.execute(sql, args)
         except sqlite3.Error as exc:
-            self.errors += 1
-            if self.errors == 1 or self.errors % 100 == 0:
-                log.error("history write failed errors=%d error=%s", self.errors, exc)
+            self._failed("write", exc)
+        else:
+            if self.problem == "write_failed":
+                log.info("history writes work again path=%s", self.path)
+                self.problem = None
+
+    def _failed(self, what: str, exc: sqlite3.Error) -> None:
+        self.errors += 1
+        if self.errors == 1 or self.errors % 100 == 0:
+            log.error("history %s failed errors=%d error=%s", what, self.errors, exc)
+        if getattr(exc, "sqlite_errorcode", None) in _CORRUPT_CODES:
+            self._replace_lost("malformed")
+        elif what == "write" and self.problem is None:
+            self.problem = "write_failed"  # a full disk: down until a write works again
 
     def _read(self, sql: str, args: tuple[object, ...]) -> list[Any]:
         try:
             return self._conn.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
-            self.errors += 1
-            if self.errors == 1 or self.errors % 100 == 0:
-                log.error("history read failed errors=%d error=%s", self.errors, exc)
+            self._failed("read", exc)
             return []
+
+    def check(self, now: float | None = None) -> str | None:
+        """Look for a store lost under the running daemon; the problem, None when healthy.
+
+        Deleting the state directory leaves sqlite writing to unlinked files, and a truncated
+        file is only noticed when a missing page is read: so compare the path with the file
+        opened (device, inode, size never shrinking: sqlite does not shrink it without
+        VACUUM). A lost store is set aside if still there and replaced by a new one holding
+        what is in memory (this run's cold starts, the starts in progress); the problem stays
+        reported for ``LOSS_VISIBLE_SECONDS``. A failed write stays a problem until one works,
+        retried here.
+        """
+        now = time.monotonic() if now is None else now
+        if self.path is None:
+            return "in_memory"
+        lost = _lost(self.path, self._identity)
+        if lost is not None:
+            self._replace_lost(lost)
+        elif self.problem == "write_failed":
+            self._write("PRAGMA user_version=" + str(SCHEMA_VERSION), ())
+        else:
+            self._identity = _identity(self.path) or self._identity
+        if self._lost_at is not None and now - self._lost_at >= LOSS_VISIBLE_SECONDS:
+            self._lost_at, self.problem = None, None
+        return self.problem
+
+    def _replace_lost(self, why: str) -> None:
+        assert self.path is not None
+        path = self.path
+        log.error("history store lost, replacing it path=%s reason=%s", path, why)
+        self._lost_at, self.problem = time.monotonic(), f"lost_{why}"
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            # A replaced file may be the operator's restored backup: write into it instead.
+            if why != "replaced" and os.path.exists(path):
+                os.replace(path, f"{path}.corrupt-{int(time.time())}")
+                for suffix in ("-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path + suffix)
+            self._conn = _connect(path)
+        except (OSError, sqlite3.Error) as exc:
+            log.error("history store cannot be recreated path=%s error=%s", path, exc)
+            self._conn, self.path, self.in_memory = _connect(":memory:"), None, True
+            self.problem = "in_memory"
+        self._identity = _identity(path)
+        kept, progress = list(self._kept), list(self._progress.values())
+        for target, engine, model, cold in kept:
+            self.record(target, engine, model, cold)
+        for saved in progress:
+            self.save_progress(saved)
 
     def record(self, target: str, engine: str, model: str, cold: ColdStart) -> None:
         """Store one finished cold start."""
+        self._kept = [*self._kept, (target, engine, model, cold)][-KEPT_STARTS:]
         self._write(
             "INSERT OR REPLACE INTO cold_starts VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (
@@ -164,8 +240,10 @@ class History:
     def save_progress(self, saved: SavedStart) -> None:
         """Remember a cold start in progress, or forget it once it finished."""
         if not saved.in_progress:
+            self._progress.pop(saved.target, None)
             self._write("DELETE FROM in_progress WHERE target=?", (saved.target,))
             return
+        self._progress[saved.target] = saved
         self._write(
             "INSERT OR REPLACE INTO in_progress VALUES (?,?,?,?,?,?,?,?)",
             (
@@ -206,6 +284,31 @@ class History:
     def close(self) -> None:
         """Close the database."""
         self._conn.close()
+
+
+def _identity(path: str | None) -> tuple[int, int, int] | None:
+    """(device, inode, size) of the store's file; None when there is none."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size
+
+
+def _lost(path: str, known: tuple[int, int, int] | None) -> str | None:
+    """How the file at ``path`` stopped being the one open: deleted, replaced, truncated."""
+    now = _identity(path)
+    if known is None:
+        return None
+    if now is None:
+        return "deleted"
+    if now[:2] != known[:2]:
+        return "replaced"
+    if now[2] < known[2]:
+        return "truncated"
+    return None
 
 
 def _connect(path: str) -> sqlite3.Connection:

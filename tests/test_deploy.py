@@ -117,6 +117,12 @@ def test_unit_is_notify_with_a_watchdog_and_flags_from_an_environment_file():
     assert service("SupplementaryGroups") == ["systemd-journal"]
 
 
+def test_unit_starts_after_the_clock_is_synchronised():
+    unit = [(k, v.split()) for s, k, v in directives() if s == "Unit"]
+    assert any(k == "After" and "time-sync.target" in v for k, v in unit)
+    assert any(k == "Wants" and "time-sync.target" in v for k, v in unit)
+
+
 def test_state_directory_is_where_the_config_keeps_history():
     (name,) = service("StateDirectory")
     assert f"/var/lib/{name}" == DEFAULT_STATE_DIRECTORY

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sqlite3
 import subprocess
+import time
 
 import pytest
 
-from exporter.core.lifecycle import ColdStart, learned_stall_seconds
+from exporter.config import Settings
+from exporter.core.lifecycle import ColdStart, SavedStart, learned_stall_seconds
 from exporter.core.model import Phase
-from exporter.daemon import anchored_clock
-from exporter.history import History
+from exporter.daemon import Daemon
+from exporter.history import LOSS_VISIBLE_SECONDS, History
 
 
 def cold(start, outcome="ready", loading=300.0, quiet=40.0):
@@ -96,7 +99,7 @@ def test_unwritable_state_directory_keeps_history_in_memory(tmp_path):
 
 
 @pytest.mark.integration
-def test_full_state_directory_counts_write_errors_and_keeps_going(tmp_path):
+def test_full_state_directory_stays_reported_until_a_write_works_again(tmp_path):
     mount = tmp_path / "tiny"
     mount.mkdir()
     done = subprocess.run(
@@ -112,6 +115,10 @@ def test_full_state_directory_counts_write_errors_and_keeps_going(tmp_path):
             store.record("t", "e", "m" * 200, cold(float(i)))
         assert store.errors > 0
         assert store.starts("t") is not None  # reads still answer; the daemon keeps going
+        for _ in range(3):  # down on every tick, not one per failure, until it is fixed
+            assert store.check() == "write_failed"
+        os.unlink(mount / "filler")
+        assert store.check() is None
     finally:
         store.close()
         subprocess.run(["umount", "-l", str(mount)], check=False)
@@ -128,10 +135,89 @@ def _fill(path):
         pass  # the disk is full now
 
 
-def test_anchored_clock_ignores_wall_clock_jumps():
-    walls = iter([1000.0])
-    monos = iter([5.0, 6.0, 7.0])
-    clock = anchored_clock(lambda: next(walls), lambda: next(monos))
-    # the wall clock is never read again: a step back of an hour changes nothing
-    assert clock() == 1001.0
-    assert clock() == 1002.0
+# --- a store lost while the daemon runs -----------------------------------------------------
+
+
+def _saved(target="t"):
+    return SavedStart(target, 4242, 1000.0, Phase.LOADING, 1010.0, ((Phase.STARTING, 10.0),), 0.4)
+
+
+def _running_store(tmp_path):
+    state = tmp_path / "state"
+    store = History.open(str(state))
+    store.record("t", "e", "m", cold(100.0))
+    store.save_progress(_saved())
+    assert store.check() is None
+    return state, store
+
+
+def _reopened(state):
+    again = History.open(str(state))
+    try:
+        return [c.started_at for c in again.starts("t", 100)], again.saved_start("t")
+    finally:
+        again.close()
+
+
+def test_deleting_the_state_directory_is_reported_and_what_is_in_memory_written_again(tmp_path):
+    state, store = _running_store(tmp_path)
+    try:
+        shutil.rmtree(state)  # writes would now go to unlinked files
+        assert store.check() == "lost_deleted"
+        store.record("t", "e", "m", cold(200.0))
+        assert store.check(time.monotonic() + 60) == "lost_deleted"  # still down a minute on
+        assert store.check(time.monotonic() + LOSS_VISIBLE_SECONDS + 1) is None
+    finally:
+        store.close()
+    starts, saved = _reopened(state)
+    assert starts == [200.0, 100.0]  # the start recorded before the loss came back
+    assert saved is not None and saved.pid == 4242
+
+
+def test_a_truncated_store_is_set_aside_and_replaced(tmp_path):
+    state, store = _running_store(tmp_path)
+    try:
+        with open(state / "history.sqlite", "r+b") as f:
+            f.truncate(1000)
+        assert store.check() == "lost_truncated"
+        assert list(state.glob("history.sqlite.corrupt-*"))
+    finally:
+        store.close()
+    starts, _ = _reopened(state)
+    assert starts == [100.0]
+
+
+def test_a_store_that_turns_malformed_while_open_is_set_aside(tmp_path):
+    state, store = _running_store(tmp_path)
+    try:
+        for i in range(50):  # enough pages that a read misses the cache
+            store.record("t", "e", "m" * 500, cold(1000.0 + i))
+        store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        path = state / "history.sqlite"
+        size = path.stat().st_size
+        with open(path, "r+b") as f:  # garbage over everything after the header page
+            f.seek(4096)
+            f.write(os.urandom(size - 4096))
+        store._conn.execute("PRAGMA cache_size=0")  # stand in for pages long evicted
+        store.starts("t", 100)
+        assert store.check() == "lost_malformed"
+        assert list(state.glob("history.sqlite.corrupt-*"))
+    finally:
+        store.close()
+    starts, saved = _reopened(state)
+    assert len(starts) == 51 and saved is not None
+
+
+def test_the_daemon_reports_a_deleted_state_directory_on_every_tick_until_fixed(tmp_path):
+    state = tmp_path / "state"
+    daemon = Daemon(Settings(interval_seconds=1.0, state_directory=str(state), nvml=False))
+    try:
+        history = [s for s in daemon.tick().sources if s.source == "history"]
+        assert [s.up for s in history] == [True]
+        shutil.rmtree(state)
+        for _ in range(3):  # every tick, so InferenceExporterSourceDown can fire
+            (status,) = [s for s in daemon.tick().sources if s.source == "history"]
+            assert (status.up, status.error) == (False, "lost_deleted")
+        assert (state / "history.sqlite").exists()  # writing again meanwhile
+    finally:
+        daemon.close()

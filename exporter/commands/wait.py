@@ -43,6 +43,14 @@ DAEMON_GRACE_SECONDS: Final = 10.0
 #: Refused connections in a row, after the server had answered, that mean it went away.
 REFUSED_AFTER_ANSWER: Final = 2
 NOTABLE_SHOWN: Final = 5
+#: A process that started this long before ``wait`` counts as new (``systemctl restart X &&
+#: wait X``: the new process starts before ``wait`` does).
+RESTART_WINDOW_SECONDS: Final = 10.0
+#: Process start times come from /proc, whose boot time has whole seconds.
+START_TIME_SLACK_SECONDS: Final = 1.0
+#: Fresh snapshots an old process's failure or stall must hold for before it is believed:
+#: one to see the restart's new process missing, one more for the daemon to find it.
+OLD_VERDICT_SNAPSHOTS: Final = 2
 _WANTED: Final[Mapping[str, frozenset[str]]] = {
     "ready": frozenset({"ready", "serving"}),
     "serving": frozenset({"serving"}),
@@ -69,13 +77,15 @@ exit codes:
   124  --timeout passed first (default 15m)
   130  interrupted (Ctrl-C)
 
-A verdict counts only from a sample the exporter took after wait started, so
-`systemctl restart X && wait X` never sees the state from before the restart; with
---started-after TIME, only a process started at or after TIME counts (for a restart
-that happens after wait begins, or that is asynchronous, like a rollout).
-
 On a terminal one live line shows phase, elapsed time, progress, GPU memory, read rate
 and ETA; otherwise one line is printed per phase change. Stall detection needs the daemon.
+
+daemon mode trusts only snapshots sampled after it started, so a state from before a
+restart is never replayed (`systemctl restart X && wait X` is safe). A failure or stall of
+a process that started more than 10s before the wait must hold for two fresh snapshots
+(a restarted server's new process gets a tick to appear); ready needs a health probe made
+after the wait started. --started-after TIME accepts only a process started at or after
+TIME (Unix seconds or ISO-8601), for restarts that return before the old process is gone.
 
 examples:
   inference-lifecycle-exporter wait sglang --timeout 20m
@@ -99,17 +109,17 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _instant(text: str) -> float:
-    """A flag's point in time: Unix seconds ("1764633600") or ISO-8601 (a zone, or local)."""
+def _moment(text: str) -> float:
+    """A flag's point in time: Unix seconds ("1738324800.5") or ISO-8601 (local without offset)."""
     try:
         return float(text)
     except ValueError:
         pass
     try:
-        return datetime.fromisoformat(text).timestamp()
+        return datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: not Unix seconds or an ISO-8601 time"
+            f"{text!r}: not Unix seconds or an ISO-8601 time (2025-01-31T12:00:00Z)"
         ) from None
 
 
@@ -138,10 +148,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", type=_duration, default=1.0, help="poll every (default 1s)")
     p.add_argument(
         "--started-after",
-        type=_instant,
+        type=_moment,
         default=None,
         metavar="TIME",
-        help="only a process started at or after TIME counts (Unix seconds or ISO-8601)",
+        help="daemon mode: accept only a process started at or after TIME "
+        "(Unix seconds or ISO-8601, e.g. 2025-01-31T12:00:00Z)",
     )
     add_daemon_flags(p)
     alone = p.add_argument_group("standalone mode (no exporter)")
@@ -193,8 +204,6 @@ def _check_flags(args: argparse.Namespace) -> None:
             parts.port  # noqa: B018  (raises on a port that is not a number)
         except ValueError:
             raise WaitError(f"{name}: the port is not a number") from None
-    if args.health_url and args.started_after is not None:
-        raise WaitError("--started-after needs daemon mode (a TARGET): standalone sees no process")
     if args.interval <= 0 or args.probe_timeout <= 0:
         raise WaitError("--interval and --probe-timeout must be above 0")
 
@@ -495,33 +504,65 @@ class _ReadRate:
         return self.rate
 
 
-def fresh(status: StatusDoc, asked_at: float) -> bool:
-    """The document's sample began after ``asked_at``: nothing in it predates the question.
+class Recency:
+    """Whether a verdict in ``/status`` is about now, not replayed from before ``wait`` began.
 
-    Exporters before ``sampled_from`` existed: a tick ends at ``taken_at``, so a document taken
-    a whole poll interval after the question is from a later tick.
+    Right after ``systemctl restart X`` the daemon still shows the old process's ``ready`` or
+    ``failed``, and keeps a ``failed`` until it finds the new process. So a verdict counts only
+    from a snapshot sampled after ``asked_at``, and only for a process that started at or after
+    ``started_after`` (default: ``RESTART_WINDOW_SECONDS`` before ``asked_at``, since the
+    restarted process starts before ``wait`` does). Without ``--started-after`` an older
+    process (a server already up, or dead, and not restarted) still gets its verdict: ready
+    once a health probe made after ``asked_at`` answered OK, a failure or stall once it held
+    for ``OLD_VERDICT_SNAPSHOTS`` fresh snapshots. Times are the daemon's epoch seconds: its
+    host's clock and this one's must agree (the same host, or NTP).
     """
-    began = status.get("sampled_from")
-    if began is not None:
-        return began >= asked_at
-    return status.get("taken_at", 0.0) >= asked_at + 1.0
 
+    def __init__(self, asked_at: float, started_after: float | None) -> None:
+        self.asked_at = asked_at
+        self.strict = started_after is not None
+        after = started_after if started_after is not None else asked_at - RESTART_WINDOW_SECONDS
+        self.bound = after - START_TIME_SLACK_SECONDS
+        self._fresh: set[float] = set()
 
-def started_in_time(doc: TargetDoc, started_after: float | None) -> bool:
-    """The target's process started at or after ``started_after`` (any process when None)."""
-    if started_after is None:
+    def fresh(self, status: StatusDoc) -> bool:
+        """True when the snapshot was sampled after ``asked_at`` (counted for old verdicts)."""
+        taken = status.get("taken_at")
+        sampled = status.get("sampled_at", taken)
+        if taken is None or sampled is None or sampled < self.asked_at:
+            return False
+        self._fresh.add(taken)
         return True
-    started = doc["started_at"]
-    return started is not None and started >= started_after
+
+    def withheld(self, status: StatusDoc, doc: TargetDoc, verdict: Verdict) -> str | None:
+        """None when ``verdict`` may end the wait; otherwise why not yet (a short phrase)."""
+        if not self.fresh(status):
+            return "its snapshot is from before this wait"
+        start = doc["started_at"] if doc["started_at"] is not None else doc["since"]
+        if start is not None and start >= self.bound:
+            return None
+        if self.strict:
+            return "its process started before --started-after"
+        if verdict.code == EXIT_REACHED and _probed_ok_since(doc, self.asked_at):
+            return None
+        if len(self._fresh) >= OLD_VERDICT_SNAPSHOTS:
+            return None
+        return "its process started before this wait"
+
+
+def _probed_ok_since(doc: TargetDoc, at: float) -> bool:
+    health = doc["probes"]["health"]
+    return health is not None and health["outcome"] == "ok" and health["at"] >= at
 
 
 class _DaemonWait:
     def __init__(self, args: argparse.Namespace, out: _Display) -> None:
         self._args, self._out = args, out
-        self._asked_at = time.time()
         self._deadline = time.monotonic() + args.timeout
         self._shown: tuple[str, bool] | None = None
         self._rate = _ReadRate()
+        self._recency = Recency(time.time(), args.started_after)
+        self._withheld: tuple[str, str] | None = None
 
     def run(self) -> int:
         client = StatusClient(self._args.url, ca_file=self._args.ca_file)
@@ -562,11 +603,14 @@ class _DaemonWait:
             self._out.line(change_line(doc))
         rate = self._rate.update(status.get("taken_at"), doc)
         self._out.live(live_line(doc, rate, unicode=self._out.unicode))
-        if not fresh(status, self._asked_at):
-            return None  # a sample from before the question may show the old process
-        if not started_in_time(doc, self._args.started_after):
-            return None  # the process the question is about has not started yet
-        return judge(doc, self._args.until)
+        verdict = judge(doc, self._args.until)
+        why = self._recency.withheld(status, doc, verdict) if verdict is not None else None
+        if why is None:
+            return verdict
+        if (doc["phase"], why) != self._withheld:  # one line per reason, not one per poll
+            self._withheld = (doc["phase"], why)
+            self._out.line(f"{doc['target']} {phase_label(doc)}: not trusted yet, {why}")
+        return None
 
     def _finish(self, verdict: Verdict, doc: TargetDoc | None) -> int:
         if verdict.code != EXIT_REACHED:

@@ -47,7 +47,6 @@ class Snapshot:
 
     Attributes:
         taken_at: end of the tick, Unix epoch seconds.
-        sampled_from: start of the tick: every reading in it was taken at or after this time.
         targets: one entry per configured target, in config order.
         gpus: the latest GPU sample (empty when NVML is down or absent).
         gpu_stale: the GPU sample is older than this tick (NVML hung or restarting).
@@ -57,12 +56,12 @@ class Snapshot:
         sources: how each source call of this tick went.
         source_errors: per source, failed calls since start.
         tick_duration_seconds: how long sampling took.
+        tick_overruns: ticks since start that took longer than the interval.
         version: exporter version, for ``inference_exporter_build_info``.
     """
 
     taken_at: float
     targets: tuple[TargetSnapshot, ...] = ()
-    sampled_from: float | None = None
     gpus: tuple[GpuSample, ...] = ()
     gpu_stale: bool = False
     foreign_gpu_memory_bytes: tuple[tuple[int, int], ...] = ()
@@ -71,5 +70,6 @@ class Snapshot:
     sources: tuple[SourceStatus, ...] = ()
     source_errors: tuple[tuple[str, int], ...] = ()
     tick_duration_seconds: float = 0.0
+    tick_overruns: int = 0
     version: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)

@@ -90,6 +90,12 @@ def exporter_families(snap: Snapshot) -> Iterator[Metric]:
     )
     cost.add_metric([], snap.tick_duration_seconds)
     yield cost
+    overruns = CounterMetricFamily(
+        "inference_exporter_tick_overruns",
+        "Ticks that took longer than the interval since the exporter started.",
+    )
+    overruns.add_metric([], float(snap.tick_overruns))
+    yield overruns
     up = GaugeMetricFamily(
         "inference_exporter_source_up",
         "1 if the source could observe in the last tick, 0 if it failed.",

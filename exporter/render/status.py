@@ -37,7 +37,7 @@ def render_status(snap: Snapshot | None) -> StatusDoc:
         "ready": True,
         "version": snap.version,
         "taken_at": snap.taken_at,
-        "sampled_from": snap.sampled_from,
+        "sampled_at": snap.taken_at - snap.tick_duration_seconds,
         "targets": [_target(t, snap.taken_at, snap.gpus) for t in snap.targets],
         "gpus": [_gpu(g) for g in snap.gpus],
         "gpu_stale": snap.gpu_stale,

@@ -156,8 +156,8 @@ class StatusDoc(TypedDict):
     gpus: list[GpuDoc]
     version: NotRequired[str]
     taken_at: NotRequired[float]
-    #: When the tick behind this document began sampling: every reading is from after it.
-    sampled_from: NotRequired[float | None]
+    #: When the tick that made the snapshot began sampling (``wait`` trusts later ones only).
+    sampled_at: NotRequired[float]
     gpu_stale: NotRequired[bool]
     foreign_gpu_memory_bytes: NotRequired[dict[str, int]]
 

@@ -139,6 +139,7 @@ def snapshot():
         ),
         source_errors=(("nvml", 3),),
         tick_duration_seconds=0.012,
+        tick_overruns=2,
         version="0.1.0",
     )
 
