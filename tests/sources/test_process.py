@@ -603,3 +603,41 @@ def test_a_tree_larger_than_the_descriptor_budget_is_still_summed_whole(make_tre
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [21, 21, 21]
+
+
+WIDE_PARENT = r"""
+import os, signal, sys, time
+n, pidfile, ready = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+children = []
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        while True:
+            time.sleep(3600)
+    children.append(pid)
+with open(pidfile, "w") as f:
+    f.write(str(os.getpid()))
+open(ready, "w").close()
+time.sleep(120)
+"""
+
+
+@pytest.mark.integration
+def test_a_tree_of_two_thousand_processes_is_counted_whole(tmp_path):
+    # The kernel hands a children list out a page at a time: one read saw about 820 of 2,000.
+    pidfile, ready = tmp_path / "engine.pid", tmp_path / "ready"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WIDE_PARENT, "2000", str(pidfile), str(ready)],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), "the parent did not fork its children in time"
+        found = sample(ProcessSource(target(pidfile=str(pidfile))))
+        assert found.process_count == 2001
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)

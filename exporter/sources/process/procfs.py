@@ -95,6 +95,25 @@ def read_once(path: str, size: int = _PROC_READ_BYTES) -> bytes:
         os.close(fd)
 
 
+def read_all(path: str) -> bytes:
+    """A whole /proc file, opened and closed for this read.
+
+    The kernel hands seq_file-backed files (``children``, ``cgroup.procs``) out a page at a
+    time: one ``read()`` of a 2,000-process children list returns a fifth of it.
+
+    Raises:
+        OSError: the file cannot be opened or read (gone, refused).
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def parent_of(pid: int) -> int | None:
     """The parent of process ``pid``; None when it is gone, unreadable or a thread."""
     try:

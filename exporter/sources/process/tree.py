@@ -13,12 +13,11 @@ from typing import Final
 
 import psutil
 
-from exporter.sources.process.procfs import PROC, Member, Reading, parent_of, read_once
+from exporter.sources.process.procfs import PROC, Member, Reading, parent_of, read_all
 
 # New pids checked one by one up to this many (or the tree's size); past it, children files.
 _MIN_PID_RANGE: Final = 256
 _PID_RECHECK: Final = 8
-_CHILDREN_READ_BYTES: Final = 1 << 16
 
 
 class Tree:
@@ -168,7 +167,7 @@ def _children(pid: int, *, all_threads: bool) -> list[int]:
     children: list[int] = []
     for tid in tids:
         try:
-            raw = read_once(f"{PROC}/{pid}/task/{tid}/children", _CHILDREN_READ_BYTES)
+            raw = read_all(f"{PROC}/{pid}/task/{tid}/children")
         except OSError:
             continue  # thread or process ended
         children.extend(int(word) for word in raw.split())
