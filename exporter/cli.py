@@ -17,10 +17,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from exporter import __version__
 from exporter.errors import ConfigError, ConfigErrors, ExporterError
+
+if TYPE_CHECKING:  # imported lazily at run time: --help and wait start fast
+    from exporter.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +208,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return result
 
 
-def check_config(args: argparse.Namespace) -> int:
-    """Validate a config file (and web config): one line per problem on stderr, exit 2."""
+def config_problems(args: argparse.Namespace) -> tuple[Settings | None, list[str]]:
+    """Load the config and check everything ``run`` needs before it starts.
+
+    ``check-config`` and ``run`` share this, so whatever ``run`` refuses, ``check-config``
+    refuses first, with the same one line per problem: the TOML, each API key file, the web
+    config (TLS files, users, headers).
+
+    Returns:
+        The settings (None when the TOML itself failed) and the problems found.
+    """
     from exporter.config import load_settings
     from exporter.sources.probe import load_api_key
     from exporter.web.config import validate_web_config
@@ -227,6 +238,12 @@ def check_config(args: argparse.Namespace) -> int:
             validate_web_config(args.web_config_file)
         except ConfigError as exc:
             problems.append(str(exc))
+    return settings, problems
+
+
+def check_config(args: argparse.Namespace) -> int:
+    """Validate a config file (and web config): one line per problem on stderr, exit 2."""
+    settings, problems = config_problems(args)
     for line in problems:
         print(line, file=sys.stderr)
     if problems or settings is None:
@@ -237,14 +254,11 @@ def check_config(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run the daemon until SIGTERM or SIGINT; SIGHUP reloads the config."""
-    from exporter.config import load_settings
-
     configure_logging(args.log_level, args.log_format)
-    try:
-        settings = load_settings(args.config_file)
-    except ConfigErrors as exc:
-        for err in exc.errors:
-            print(err, file=sys.stderr)
+    settings, problems = config_problems(args)
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems or settings is None:
         return EXIT_USAGE
     return serve(settings, args.listen_address, args.web_config_file)
 

@@ -204,3 +204,37 @@ def test_check_config_also_checks_key_files_and_the_web_config(tmp_path):
     assert lines[0].startswith(f"{key}: api_key_file: is readable by other users")
     assert lines[1] == f"{web}: tls_config: unknown key"
     assert "sk-secret" not in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("web_yml", "problem"),
+    [
+        ("tls_server_config:\n  cert_file: /nonexistent\n", "tls_server_config.key_file"),
+        ("basic_auth_users: [1, 2\n", "invalid YAML"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "check-config"])
+def test_run_refuses_a_bad_web_config_exactly_as_check_config_does(
+    tmp_path, command, web_yml, problem
+):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[exporter]\nstate_directory = "{tmp_path / "state"}"\n'
+        '[[target]]\nname = "a"\nbase_url = "http://127.0.0.1:1"\n'
+    )
+    web = tmp_path / "web.yml"
+    web.write_text(web_yml)
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter", command, "--config.file", str(cfg)]
+        + ["--web.config.file", str(web), "--web.listen-address", "127.0.0.1:0"]
+        * (command == "run")
+        + ["--web.config.file", str(web)] * (command == "check-config"),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()  # one line, no traceback
+    assert line.startswith(f"{web}: ") and problem in line
