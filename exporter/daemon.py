@@ -31,11 +31,11 @@ from exporter.core.lifecycle import (
 from exporter.core.model import (
     STARTUP_PHASES,
     GpuReading,
+    LogReading,
     Observation,
     Phase,
     ProbeResult,
     ProcessSample,
-    RawLogLine,
     SourceStatus,
 )
 from exporter.core.observe import (
@@ -53,7 +53,7 @@ from exporter.sdnotify import Notifier
 from exporter.sources import Source, SourceCall, SourceHealth, SourceResult, SourceRunner
 from exporter.sources.disk import DiskSource
 from exporter.sources.gpu import GpuSource
-from exporter.sources.logs import LogSource, make_log_source
+from exporter.sources.logs import FileLogSource, LogSource, make_log_source
 from exporter.sources.pressure import MemoryPressureSource
 from exporter.sources.probe import Prober
 from exporter.sources.process import ProcessSource
@@ -291,7 +291,8 @@ class Daemon:
             seen = observe(
                 w.target.name, w.world, r, host, gpu, attribution, gpus=w.target.gpus, now=now
             )
-            targets.append(self._advance(w, seen.observation, now, seen.gpu_memory_bytes))
+            target = self._advance(w, seen.observation, now, seen.gpu_memory_bytes)
+            targets.append(_with_log_backlog(target, w, r.logs, now))
             self._schedule_completion(w, now)
         statuses.append(self._history_status())
         for st in statuses:
@@ -538,25 +539,29 @@ def _as(value: object, kind: type[T_]) -> T_ | None:
     return value if isinstance(value, kind) else None
 
 
+def _with_log_backlog(
+    target: TargetSnapshot, w: _Watched, logs: LogReading, now: float
+) -> TargetSnapshot:
+    """The log source's backlog on the target's snapshot (a file source knows its size)."""
+    if not isinstance(w.logs, FileLogSource):
+        return target
+    lag = 0.0 if logs.behind_since is None else max(0.0, now - logs.behind_since)
+    return replace(target, log_backlog_bytes=logs.backlog_bytes, log_lag_seconds=lag)
+
+
 def _target_readings(
     w: _Watched, by_source: Mapping[int, SourceResult[object]], completion: ProbeResult | None
 ) -> TargetReadings:
     """One target's results of this tick as its typed readings."""
     process = by_source[id(w.process)]
-    lines = by_source[id(w.logs)].value if w.logs is not None else None
+    logs = _as(by_source[id(w.logs)].value, LogReading) if w.logs is not None else None
     return TargetReadings(
         process=_as(process.value, ProcessSample),
         process_error=None if process.status.up else process.status.error,
-        log_lines=_raw_lines(lines),
+        logs=logs or LogReading(),
         health=_as(by_source[id(w.prober)].value, ProbeResult),
         completion=completion,
     )
-
-
-def _raw_lines(value: object) -> tuple[RawLogLine, ...]:
-    if not isinstance(value, tuple):
-        return ()
-    return tuple(line for line in value if isinstance(line, RawLogLine))
 
 
 def now_minus(since: float | None, start: float | None) -> float:

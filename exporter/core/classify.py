@@ -342,6 +342,21 @@ def _sorted_fatal(patterns: Iterable[LogPattern]) -> _PatternSet:
     return _PatternSet(sorted(patterns, key=lambda p: _REASON_ORDER.get(p.fatal_reason, 9)))
 
 
+_INFO_LEVEL: Final = 20
+
+
+def might_matter(line: str) -> bool:
+    """Whether a line could be fatal, by a cheap screen: False means it cannot be.
+
+    Used to look for failures first in a flood too large to classify line by line.
+    """
+    head = line[:MATCH_CHARS]
+    level = line_level(head)
+    if level is not None and level <= _INFO_LEVEL:  # a flood is INFO chatter, never fatal
+        return False
+    return vocabulary.FATAL_HINT.search(head) is not None or "Traceback" in head
+
+
 class LogClassifier:
     """Turns raw engine log lines into classified, redacted ``LogEvent``s.
 

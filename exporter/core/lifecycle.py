@@ -350,7 +350,7 @@ def _gather_evidence(prev: TargetState, obs: Observation, dt: float) -> _Evidenc
             fatal, fatal_event = ev.fatal_reason, ev
         if ev.phase is not None and (log_phase is None or _ORDER[ev.phase] > _ORDER[log_phase]):
             log_phase = ev.phase
-        if ev.cls is not LogClass.BENIGN:
+        if ev.cls is not LogClass.BENIGN and not ev.repeat:  # a flood of one line is no news
             kinds.append("shard_progress" if _is_load_progress(ev) else "logs")
     return _Evidence(tuple(dict.fromkeys(kinds)), log_phase, fatal, gpu_grew, fatal_event)
 

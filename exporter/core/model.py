@@ -193,6 +193,22 @@ class RawLogLine:
 
 
 @dataclass(frozen=True, slots=True)
+class LogReading:
+    """What a log source read in one tick, and how far behind the log it still is.
+
+    Attributes:
+        lines: the lines read, redacted, not yet classified.
+        backlog_bytes: bytes written to the log and not read yet (0 when caught up or unknown).
+        behind_since: when the source fell behind (read less than was there), None when
+            caught up: ``now - behind_since`` is how late its lines are.
+    """
+
+    lines: tuple[RawLogLine, ...] = ()
+    backlog_bytes: int = 0
+    behind_since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryPressure:
     """The host's memory pressure (Linux PSI, ``/proc/pressure/memory``).
 
@@ -223,6 +239,7 @@ class LogEvent:
         progress_key: what the progress counts ("shards", "draft:shards"); aggregates ranks.
         fatal_reason: the failure reason a fatal line implies.
         line_no: 1-based line number in its source, when known.
+        repeat: the same line as the one before it, numbers aside (a flood): weak evidence.
     """
 
     cls: LogClass
@@ -234,6 +251,7 @@ class LogEvent:
     progress_key: str | None = None
     fatal_reason: FailureReason | None = None
     line_no: int | None = None
+    repeat: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,17 +10,19 @@ engine process starts a new log story here, where the core sees the new process 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, get_args, get_type_hints
+from typing import Any, Final, get_args, get_type_hints
 
-from exporter.core.classify import LogClassifier
+from exporter.core.classify import LogClassifier, might_matter
 from exporter.core.lifecycle import TargetState, Thresholds, step
 from exporter.core.model import (
     GpuReading,
     HostReadings,
     LogEvent,
+    LogReading,
     Observation,
     ProbeResult,
     ProcessSample,
@@ -51,6 +53,10 @@ def _host_fields() -> dict[str, tuple[type, ...]]:
     }
 
 
+#: Lines classified per target per tick before a flood is screened (about 0.2 s of work).
+CLASSIFY_BUDGET: Final = 1000
+
+
 @dataclass(frozen=True, slots=True)
 class TargetReadings:
     """What one target's own sources read in one tick.
@@ -58,14 +64,14 @@ class TargetReadings:
     Attributes:
         process: the process tree, None when there is none or its source failed.
         process_error: the process source's bounded error when it failed.
-        log_lines: redacted, unclassified lines that arrived since the last tick.
+        logs: what the log source read: redacted, unclassified lines and its backlog.
         health: the health probe's result, None when the probe source failed.
         completion: a completion probe that finished since the last tick, if any.
     """
 
     process: ProcessSample | None = None
     process_error: str | None = None
-    log_lines: tuple[RawLogLine, ...] = ()
+    logs: LogReading = field(default_factory=LogReading)
     health: ProbeResult | None = None
     completion: ProbeResult | None = None
 
@@ -125,6 +131,8 @@ class TargetWorld:
 
     state: TargetState
     classifier: LogClassifier
+    #: The last classified line with its numbers blanked, to tell a flood of repeats.
+    last_line_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,22 +149,46 @@ def classify_lines(
     lines: tuple[RawLogLine, ...],
     *,
     process_gone: bool = False,
+    budget: int = CLASSIFY_BUDGET,
 ) -> tuple[LogEvent, ...]:
     """Classify new log lines, starting a new story first when the engine process changed.
 
-    Once the process is gone its log has ended: a failure a wrapper line announced, whose
-    cause never came, becomes a crash (the classifier's ``finish``) rather than a bare exit.
+    Past ``budget`` lines (a flood) only those that may matter (``classify.might_matter``)
+    and the newest ones are classified, so a fatal line behind tens of MB of noise is seen
+    within seconds. A line equal to the one before it, numbers aside, is marked ``repeat``:
+    a flood is weak evidence of progress. Once the process is gone its log has ended: a
+    failure a wrapper line announced, whose cause never came, becomes a crash (``finish``).
     """
     if _new_process(world.state, process):
         world.classifier.reset()
     events: list[LogEvent] = []
-    for line in lines:
-        events += world.classifier.classify(
+    for line in _within_budget(lines, budget):
+        for event in world.classifier.classify(
             line.text, at=line.at, line_no=line.line_no, line_time=False
-        )
+        ):
+            events.append(_mark_repeat(world, event))
     if process_gone and world.state.pid is not None:
         events += world.classifier.finish()
     return tuple(events)
+
+
+def _within_budget(lines: tuple[RawLogLine, ...], budget: int) -> tuple[RawLogLine, ...]:
+    if len(lines) <= budget:
+        return lines
+    newest = budget // 2
+    head = lines[:-newest]
+    screened = tuple(line for line in head if might_matter(line.text))[-(budget - newest) :]
+    return screened + lines[-newest:]
+
+
+_NUMBERS: Final = re.compile(r"\d+")
+
+
+def _mark_repeat(world: TargetWorld, event: LogEvent) -> LogEvent:
+    key = _NUMBERS.sub("#", event.text)
+    repeat = key == world.last_line_key
+    world.last_line_key = key
+    return dataclasses.replace(event, repeat=True) if repeat else event
 
 
 def _new_process(state: TargetState, process: ProcessSample | None) -> bool:
@@ -203,7 +235,7 @@ def observe(
         log_events=classify_lines(
             world,
             readings.process,
-            readings.log_lines,
+            readings.logs.lines,
             process_gone=readings.process is None and readings.process_error is None,
         ),
     )
@@ -212,4 +244,4 @@ def observe(
 
 def advance(world: TargetWorld, obs: Observation, now: float, th: Thresholds) -> TargetWorld:
     """Step the lifecycle with one observation; the classifier carries on with the world."""
-    return TargetWorld(state=step(world.state, obs, now, th), classifier=world.classifier)
+    return dataclasses.replace(world, state=step(world.state, obs, now, th))

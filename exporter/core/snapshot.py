@@ -31,6 +31,8 @@ class TargetSnapshot:
             one before the current start under it); empty when the daemon passes none.
         typical_start_seconds: median duration of recent good cold starts (history), for
             "usually ready in 10m40s"; None without history.
+        log_backlog_bytes: log bytes written and not read yet; None without a log file.
+        log_lag_seconds: how long the log source has been behind (0 when caught up).
     """
 
     info: TargetInfo
@@ -39,6 +41,8 @@ class TargetSnapshot:
     gpu_memory_bytes: tuple[tuple[int, int], ...] = ()
     recent_starts: tuple[ColdStart, ...] = ()
     typical_start_seconds: float | None = None
+    log_backlog_bytes: int | None = None
+    log_lag_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

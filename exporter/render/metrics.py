@@ -131,6 +131,7 @@ def server_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
     yield from _progress_families(targets)
     yield from _probe_families(targets)
     yield from _process_families(targets)
+    yield from _log_families(targets)
     yield from _history_families(targets)
     yield from _counter_families(targets)
 
@@ -223,6 +224,25 @@ def _probe_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
                 success.add_metric([t.info.name, kind.value], 1.0 if result.ok else 0.0)
                 took.add_metric([t.info.name, kind.value], result.duration_seconds)
     yield from (success, took)
+
+
+def _log_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
+    backlog = _gauge(
+        "inference_log_backlog_bytes",
+        "Bytes of the engine's log file written and not read yet (a flood being drained)"
+        + _TICK_NOTE,
+    )
+    lag = _gauge(
+        "inference_log_lag_seconds",
+        "How long the log source has been behind the log file; 0 when caught up" + _TICK_NOTE,
+    )
+    for t in targets:
+        if t.log_backlog_bytes is not None:
+            backlog.add_metric([t.info.name], float(t.log_backlog_bytes))
+        if t.log_lag_seconds is not None:
+            lag.add_metric([t.info.name], t.log_lag_seconds)
+    yield backlog
+    yield lag
 
 
 def _process_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:

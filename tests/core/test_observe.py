@@ -11,6 +11,7 @@ from exporter.core.model import (
     GpuProcess,
     GpuReading,
     GpuSample,
+    LogReading,
     MemoryPressure,
     ProcessSample,
     RawLogLine,
@@ -57,12 +58,12 @@ def test_a_new_engine_process_starts_a_new_log_story():
     w.state = replace(w.state, pid=PROC.pid, create_time=PROC.create_time)
     gpu = GpuReading(gpus=())
     none = attribute_gpu_memory(gpu, {})
-    observe("vllm", w, TargetReadings(process=PROC, log_lines=(TRACEBACK,)), host_readings({}),
-            gpu, none, gpus=None, now=1.0)  # fmt: skip
+    first = TargetReadings(process=PROC, logs=LogReading((TRACEBACK,)))
+    observe("vllm", w, first, host_readings({}), gpu, none, gpus=None, now=1.0)
     restarted = replace(PROC, pid=20, create_time=200.0)
 
     seen = observe(
-        "vllm", w, TargetReadings(process=restarted, log_lines=(CAUSE,)), host_readings({}),
+        "vllm", w, TargetReadings(process=restarted, logs=LogReading((CAUSE,))), host_readings({}),
         gpu, none, gpus=None, now=2.0,
     )  # fmt: skip
 

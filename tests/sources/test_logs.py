@@ -52,7 +52,7 @@ class Classified:
 
     def read(self, max_lines: int = 5000) -> tuple[LogEvent, ...]:
         self.source.max_lines = max_lines
-        return classify_lines(self.world, None, self.source.sample())
+        return classify_lines(self.world, None, self.source.sample().lines)
 
     def close(self) -> None:
         self.source.close()
@@ -293,7 +293,7 @@ if kind == "file":
 else:
     src = JournalLogSource("vllm", cursor_file=None, since=None, journal_dir=path)
 try:
-    print("read %d" % len(src.sample()))
+    print("read %d" % len(src.sample().lines))
 except SourceError as exc:
     print(exc.reason)
 finally:
@@ -600,3 +600,30 @@ def test_the_factory_builds_what_the_config_names(tmp_path):
     src = make_log_source(target(unit="vllm", journal=True), str(tmp_path))
     assert isinstance(src, JournalLogSource) and src.unit == UNIT
     assert make_log_source(target(unit="vllm"), str(tmp_path)) is None
+
+
+def test_a_read_that_cannot_finish_reports_its_backlog_and_since_when(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"".join(b"INFO 05-12 02:45:10 line %d\n" % i for i in range(5000)))
+    clock = iter([100.0, 101.0, 102.0]).__next__
+    src = FileLogSource(str(log), max_lines=1000, clock=clock)
+    first, second = src.sample(), src.sample()
+    assert first.backlog_bytes > second.backlog_bytes > 0
+    assert first.behind_since == second.behind_since == 100.0
+    src.max_lines = 10_000
+    last = src.sample()
+    assert (last.backlog_bytes, last.behind_since) == (0, None)
+    src.close()
+
+
+def test_a_flood_returns_the_lines_that_may_be_fatal_and_the_newest(tmp_path):
+    log = tmp_path / "engine.log"
+    noise = b"INFO 05-12 02:45:10 [metrics.py:455] GPU KV cache usage: 0.0%\n" * 20_000
+    fatal = b"ERROR 05-12 02:45:11 torch.OutOfMemoryError: CUDA out of memory\n"
+    log.write_bytes(noise + fatal + noise)
+    src = FileLogSource(str(log), start_at_end=False)
+    lines = src.sample().lines
+    assert len(lines) < 1000
+    assert any("CUDA out of memory" in ln.text for ln in lines)
+    assert lines[-1].line_no == 40_001  # the newest lines, with their real numbers
+    src.close()

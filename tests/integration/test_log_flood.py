@@ -1,0 +1,60 @@
+"""A log flood: tens of MB of lines in seconds, then the fatal line (a real writer process)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from exporter_tooling.processes import free_port, stop_process
+from tests.integration.harness import exporter
+
+FLOODER = r"""
+import os, sys, time
+log, pidfile, megabytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(pidfile, "w") as f:
+    f.write(str(os.getpid()))
+line = (b"INFO 05-12 02:45:10 [metrics.py:455] Avg prompt throughput: 0.0 tokens/s, "
+        b"GPU KV cache usage: 0.0%\n")
+with open(log, "ab", buffering=0) as fh:
+    fh.write(b"INFO 05-12 02:45:09 [api_server.py:1] vLLM API server version 0.8.5\n")
+    for _ in range(megabytes):
+        fh.write(line * ((1 << 20) // len(line)))
+    fh.write(b"ERROR 05-12 02:45:30 [engine.py:400] torch.OutOfMemoryError: CUDA out of memory. "
+             b"Tried to allocate 2.00 GiB\n")
+open(log + ".done", "w").close()
+time.sleep(600)
+"""
+
+
+@pytest.mark.integration
+def test_a_fatal_line_behind_a_flood_is_seen_within_seconds(tmp_path):
+    log, pidfile = tmp_path / "engine.log", tmp_path / "engine.pid"
+    log.write_bytes(b"")
+    toml = f"""
+[[target]]
+name = "flood"
+engine = "vllm"
+base_url = "http://127.0.0.1:{free_port()}"
+probe_timeout = "0.2s"
+pidfile = "{pidfile}"
+log_file = "{log}"
+"""
+    with exporter(tmp_path, toml, interval=0.25) as exp:
+        writer = subprocess.Popen([sys.executable, "-c", FLOODER, str(log), str(pidfile), "40"])
+        try:
+            deadline = time.monotonic() + 60
+            while not (tmp_path / "engine.log.done").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            written = time.monotonic()
+            failed = exp.wait_for(lambda t: t["phase"] == "failed", "flood", timeout=30)
+            took = time.monotonic() - written
+        finally:
+            stop_process(writer)
+    assert failed["failure_reason"] == "oom"
+    assert "CUDA out of memory" in failed["reason_detail"]
+    assert failed["stalled"] is False
+    # 40 MB at 1,000 lines a tick used to take about 100 s to reach the fatal line
+    assert took < 30
