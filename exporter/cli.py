@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def check_config(args: argparse.Namespace) -> int:
     """Validate a config file (and web config): one line per problem on stderr, exit 2."""
-    from exporter.config import load_settings
+    from exporter.config import check_environment, load_settings
     from exporter.sources.probe import load_api_key
     from exporter.web.config import validate_web_config
 
@@ -216,6 +216,7 @@ def check_config(args: argparse.Namespace) -> int:
     except ConfigErrors as exc:
         problems.extend(str(e) for e in exc.errors)
         settings = None
+    problems.extend(str(e) for e in (check_environment(settings) if settings else ()))
     for target in settings.targets if settings else ():
         try:
             load_api_key(target)

@@ -16,7 +16,7 @@ from typing import Final
 
 from exporter.core.model import FailureReason, LogClass, LogEvent
 from exporter.engines import vocabulary
-from exporter.engines.profile import LogPattern, LogPatterns, LogProfile
+from exporter.engines.profile import LogPattern, LogPatterns, LogProfile, Matcher
 
 #: Longest text an event carries; a longer line is cut (engines print megabyte-long args).
 MAX_LINE_CHARS: Final = 8192
@@ -281,9 +281,19 @@ def infer_reason(text: str) -> FailureReason:
     return FailureReason.CRASH
 
 
-def _user_patterns(regexes: Iterable[str], cls: LogClass) -> tuple[LogPattern, ...]:
-    marker = "user" if cls is LogClass.MARKER else None
-    return tuple(LogPattern(re.compile(r, re.IGNORECASE), cls, marker) for r in regexes)
+class _UserPatterns:
+    """The operator's patterns of one kind, compiled by the config with a linear-time engine.
+
+    Never run through ``re``: a user pattern with nested quantifiers and one hostile line
+    would backtrack for minutes holding the GIL (scrapes and ``/-/healthy`` stop with it).
+    """
+
+    def __init__(self, matchers: Iterable[Matcher]) -> None:
+        self._matchers = tuple(matchers)
+
+    def matches(self, text: str) -> bool:
+        """Whether any of the patterns occurs in text."""
+        return any(m.search(text) is not None for m in self._matchers)
 
 
 def _count(value: str) -> int:
@@ -309,7 +319,7 @@ class _PatternSet:
         )
         try:
             self._screen = re.compile(alternatives, re.IGNORECASE) if self.patterns else None
-        except re.error:  # e.g. a user pattern with inline global flags: check one by one
+        except re.error:  # e.g. a pattern with inline global flags: check one by one
             self._screen = None
 
     def first(self, text: str) -> tuple[LogPattern, re.Match[str]] | None:
@@ -358,9 +368,9 @@ class LogClassifier:
 
     def __init__(self, profile: LogProfile, patterns: LogPatterns | None = None) -> None:
         user = patterns or LogPatterns()
-        self._user_fatal = _PatternSet(_user_patterns(user.fatal, LogClass.FATAL))
-        self._user_benign = _PatternSet(_user_patterns(user.benign, LogClass.BENIGN))
-        self._user_markers = _PatternSet(_user_patterns(user.markers, LogClass.MARKER))
+        self._user_fatal = _UserPatterns(user.fatal)
+        self._user_benign = _UserPatterns(user.benign)
+        self._user_markers = _UserPatterns(user.markers)
         self._fatal = _sorted_fatal(profile.fatal)
         self._benign = _PatternSet(profile.benign)
         self._shared_quiet = _PatternSet((*vocabulary.STOPS, *vocabulary.BENIGN))
@@ -447,9 +457,9 @@ class LogClassifier:
 
     def _match_fatal(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
         """Fatal or benign by the layers, in order; None when no layer knows the line."""
-        if self._user_fatal.first(text):
+        if self._user_fatal.matches(text):
             return self._fatal_event(text, at, line_no, infer_reason(text))
-        if self._user_benign.first(text):
+        if self._user_benign.matches(text):
             return self._benign_event(text, at, line_no)
         if found := self._fatal.first(text):
             reason = found[0].fatal_reason or FailureReason.CRASH
@@ -538,7 +548,7 @@ class LogClassifier:
                 tb.hint = stronger(reason, tb.hint)
 
     def _match_marker(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
-        if self._user_markers.first(text):
+        if self._user_markers.matches(text):
             return LogEvent(LogClass.MARKER, text, at, marker="user", line_no=line_no)
         found = self._markers.first(text)
         if found is None:

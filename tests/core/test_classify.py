@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from exporter.config import UserRegex
 from exporter.core.classify import MAX_LINE_CHARS, LogClassifier, clean, redact, split_updates
 from exporter.core.model import FailureReason, LogClass, Phase
 from exporter.engines import ENGINES
@@ -310,9 +311,9 @@ def test_wording_drift_between_versions_is_tolerated():
 
 def test_user_patterns_extend_and_override_the_profile():
     patterns = LogPatterns(
-        benign=(r"CUDA out of memory in the test harness",),
-        fatal=(r"my engine gave up",),
-        markers=(r"custom warmup finished",),
+        benign=(UserRegex(r"CUDA out of memory in the test harness", ignore_case=True),),
+        fatal=(UserRegex(r"my engine gave up", ignore_case=True),),
+        markers=(UserRegex(r"custom warmup finished", ignore_case=True),),
     )
     events = classify(
         "vllm",
