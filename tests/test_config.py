@@ -23,6 +23,21 @@ def expected_message(path: Path) -> str:
     return first.removeprefix("# expect: ")
 
 
+def exporter_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=60,
+    )
+
+
+def check_config(config: Path) -> subprocess.CompletedProcess[str]:
+    return exporter_cli("check-config", "--config.file", str(config))
+
+
 def test_example_config_is_valid_and_complete():
     settings = load_settings(ROOT / "deploy/config.example.toml")
     names = [t.name for t in settings.targets]
@@ -85,13 +100,7 @@ def test_bad_durations(bad):
 def test_check_config_command_exits_2_with_one_line_per_problem(tmp_path):
     bad = tmp_path / "c.toml"
     bad.write_text('[[target]]\nname = "a"\nbase_url = "ftp://x"\n[exporter]\ninterval = "x"\n')
-    run = subprocess.run(
-        [sys.executable, "-m", "exporter", "check-config", "--config.file", str(bad)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    run = exporter_cli("check-config", "--config.file", str(bad))
     assert run.returncode == 2
     assert run.stderr.splitlines() == [
         f"{bad}: exporter.interval: 'x' is not a duration such as 10s or 1m30s",
@@ -231,15 +240,22 @@ def test_every_base_url_the_checker_accepts_builds_the_probe_client(url):
         client.build_request("GET", target.health_path)
 
 
-def check_config(config: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "exporter", "check-config", "--config.file", str(config)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-        timeout=60,
+@pytest.mark.integration
+def test_run_refuses_a_url_the_http_client_would_refuse_with_one_line(tmp_path):
+    # A TOML escape: the string holds a real tab. urllib took it, httpx raised InvalidURL
+    # when the daemon built its probes: a traceback and exit 1.
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[exporter]\nstate_directory = "{tmp_path}"\n'
+        '[[target]]\nname = "a"\nbase_url = "http://127.0.0.1:8000\\t"\n'
     )
+    for command in ("run", "check-config"):
+        result = exporter_cli(command, "--config.file", str(config))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [
+            f"{config}: target[0].base_url: must not contain control characters "
+            "('\\t' at position 21)"
+        ]
 
 
 @pytest.mark.integration
