@@ -208,17 +208,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return result
 
 
-def config_problems(args: argparse.Namespace) -> tuple[Settings | None, list[str]]:
+def config_problems(
+    args: argparse.Namespace, *, environment: bool = False
+) -> tuple[Settings | None, list[str]]:
     """Load the config and check everything ``run`` needs before it starts.
 
     ``check-config`` and ``run`` share this, so whatever ``run`` refuses, ``check-config``
     refuses first, with the same one line per problem: the TOML, each API key file, the web
-    config (TLS files, users, headers).
+    config (TLS files, users, headers). With ``environment`` (``check-config``) also what
+    ``run`` survives but an operator should hear of, e.g. an unwritable state directory
+    (``run`` then keeps history in memory).
 
     Returns:
         The settings (None when the TOML itself failed) and the problems found.
     """
-    from exporter.config import load_settings
+    from exporter.config import check_environment, load_settings
     from exporter.sources.probe import load_api_key
     from exporter.web.config import validate_web_config
 
@@ -228,6 +232,7 @@ def config_problems(args: argparse.Namespace) -> tuple[Settings | None, list[str
     except ConfigErrors as exc:
         problems.extend(str(e) for e in exc.errors)
         settings = None
+    problems.extend(str(e) for e in (check_environment(settings) if settings else ()))
     for target in settings.targets if settings else ():
         try:
             load_api_key(target)
@@ -243,7 +248,7 @@ def config_problems(args: argparse.Namespace) -> tuple[Settings | None, list[str
 
 def check_config(args: argparse.Namespace) -> int:
     """Validate a config file (and web config): one line per problem on stderr, exit 2."""
-    settings, problems = config_problems(args)
+    settings, problems = config_problems(args, environment=True)
     for line in problems:
         print(line, file=sys.stderr)
     if problems or settings is None:

@@ -10,27 +10,88 @@ from __future__ import annotations
 import os
 import re
 import stat
+import tempfile
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar, cast
 from urllib.parse import urlsplit
+
+import httpx
+import re2
 
 from exporter.core.model import Phase
 from exporter.engines import ENGINES, Engine
-from exporter.engines.profile import LogPatterns
+from exporter.engines.profile import LogPatterns, Matcher
 from exporter.errors import ConfigError, ConfigErrors
 
 DEFAULT_INTERVAL_SECONDS: Final = 1.0
 DEFAULT_STATE_DIRECTORY: Final = "/var/lib/inference-lifecycle-exporter"
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_\-\[\]]+$")
-_LABEL_SAFE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+# Checked with fullmatch: "$" would let a trailing newline through (into a label value).
+_BARE_KEY = re.compile(r"[A-Za-z0-9_\-\[\]]+")
+_LABEL_SAFE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# C0 and C1 controls and DEL: never meant in a URL, a path, a name or a label value.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _T = TypeVar("_T")
 _DURATION = re.compile(
     r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*"
     r"(?:(\d+(?:\.\d+)?)s)?\s*(?:(\d+(?:\.\d+)?)ms)?\s*$"
 )
+
+
+class _Re2Pattern(Protocol):
+    """What this module uses of a compiled ``re2`` pattern (the package ships no types)."""
+
+    def search(self, text: str) -> object | None:
+        """A match object or None."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class UserRegex:
+    """A regular expression from the config, compiled with RE2: matching is linear in the text.
+
+    Python's ``re`` backtracks: ``(a+)+$`` against one long line of ``a`` holds the GIL for
+    minutes, stopping scrapes and ``/-/healthy`` with the loop. RE2 has no backtracking, so
+    it refuses what needs it (backreferences, lookarounds, possessive and atomic groups).
+    Equal when the pattern and flags are (a reload compares targets).
+
+    Raises:
+        ValueError: with the reason, when RE2 cannot take the pattern.
+    """
+
+    pattern: str
+    ignore_case: bool = False
+    _compiled: _Re2Pattern = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        options = re2.Options()
+        options.case_sensitive = not self.ignore_case
+        options.log_errors = False  # RE2 would print each refusal to stderr itself
+        try:
+            compiled = re2.compile(self.pattern, options)
+        except re2.error as exc:
+            raise ValueError(_re2_refusal(self.pattern, exc)) from None
+        object.__setattr__(self, "_compiled", cast(_Re2Pattern, compiled))
+
+    def search(self, text: str) -> object | None:
+        """A match object when the pattern occurs anywhere in text, else None."""
+        return self._compiled.search(text)
+
+
+def _re2_refusal(pattern: str, exc: Exception) -> str:
+    why = exc.args[0] if exc.args else ""
+    reason = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
+    try:
+        re.compile(pattern)
+    except re.error as syntax:  # a plain mistake: Python's message says where
+        return f"is not a valid regular expression: {syntax}"
+    return (
+        "needs backtracking (a backreference, lookaround, possessive or atomic group), refused: "
+        f"one hostile line could freeze the exporter; RE2: {reason}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +221,7 @@ class _Table:
     def field_name(self, key: str) -> str:
         """The dotted name of key in error messages (``target[0].completion``)."""
         # A key from the file may hold anything; quote odd ones so an error stays one line.
-        shown = key if _BARE_KEY.match(key) else repr(key)
+        shown = key if _BARE_KEY.fullmatch(key) else repr(key)
         return f"{self.where}.{shown}" if self.where else shown
 
     def fail(self, key: str, reason: str) -> None:
@@ -269,25 +330,66 @@ def _toml_type(value: object) -> str:
     return _KIND_NAMES.get(type(value), type(value).__name__)
 
 
+def _check_text(value: str) -> str | None:
+    r"""No control characters (a TOML escape such as \t or \n is one); shown escaped."""
+    if m := _CONTROL.search(value):
+        return f"must not contain control characters ({m.group()!r} at position {m.start()})"
+    return None
+
+
+def _check_word(value: str) -> str | None:
+    """A name or URL: no control characters and no whitespace anywhere."""
+    if reason := _check_text(value):
+        return reason
+    if m := re.search(r"\s", value):
+        return f"must not contain whitespace ({m.group()!r} at position {m.start()})"
+    return None
+
+
 def _check_url(value: str) -> str | None:
-    parts = urlsplit(value)
+    if reason := _check_word(value):
+        return reason
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError as exc:  # "http://[" and "http://[zz]": urllib raises, not returns
+        return f"is not a URL: {exc}"
     if parts.scheme not in ("http", "https"):
         return "scheme must be http or https"
-    if not parts.hostname:
+    if not host:
         return "must name a host"
     if parts.username or parts.password:
         return "must not carry credentials; use api_key_file"
     try:
-        _ = parts.port
+        port = parts.port
     except ValueError:
         return "has an invalid port"
+    if port == 0:
+        return "port must be between 1 and 65535"
+    if parts.query or parts.fragment:
+        return "must not carry a query or fragment"
+    return _http_client_refusal(value, "/")
+
+
+def _http_client_refusal(base_url: str, path: str) -> str | None:
+    """Why the probes' HTTP client would refuse this URL, or None: built by httpx itself.
+
+    urllib and httpx disagree at the edges (IDNA host names, IPv4 octets, what follows an
+    IPv6 literal); a URL that passed here but not there killed the daemon at start or reload.
+    Building the client opens nothing (about a millisecond).
+    """
+    try:
+        with httpx.Client(base_url=base_url, trust_env=False, verify=False) as client:
+            client.build_request("GET", path)
+    except Exception as exc:  # InvalidURL, and idna's own errors, which httpx lets through
+        return "is refused by the HTTP client: " + " ".join(str(exc).split())
     return None
 
 
 def _check_log_file(value: str) -> str | None:
-    """An absolute path; when it exists, a regular file (a FIFO or a device never ends)."""
+    """When it exists, a regular file (a FIFO or a device never ends)."""
     if not value.startswith("/"):
-        return "must be an absolute path"
+        return None  # _check_file_path says so
     try:
         mode = os.stat(value).st_mode
     except OSError:
@@ -296,28 +398,63 @@ def _check_log_file(value: str) -> str | None:
 
 
 def _check_path(value: str) -> str | None:
+    if reason := _check_word(value):
+        return reason
     return None if value.startswith("/") else "must start with /"
 
 
-def _check_regex(value: str) -> str | None:
+def _check_file_path(value: str) -> str | None:
+    """A file system path: absolute (the daemon's working directory is nobody's choice)."""
+    if reason := _check_text(value):
+        return reason
+    if value != value.strip():
+        return "must not start or end with whitespace"
+    return None if os.path.isabs(value) else "must be an absolute path"
+
+
+def _check_unit(value: str) -> str | None:
+    if reason := _check_word(value):
+        return reason
+    return "must be a unit name, not a path" if "/" in value else None
+
+
+def _check_env_name(value: str) -> str | None:
+    if _ENV_NAME.fullmatch(value):
+        return None
+    return "must be an environment variable name (letters, digits and _)"
+
+
+def _check_regex(value: str, *, ignore_case: bool = True) -> str | None:
     try:
-        re.compile(value)
-    except re.error as exc:
-        return f"is not a valid regular expression: {exc}"
+        UserRegex(value, ignore_case)
+    except ValueError as exc:
+        return str(exc)
     return None
+
+
+def _check_cmdline(value: str) -> str | None:
+    return _check_regex(value, ignore_case=False)
+
+
+def _above_zero(value: float) -> str | None:
+    return None if value > 0 else "must be above 0"
 
 
 def _read_completion(c: _Table) -> CompletionProbe | None:
     model = c.required_str("model")
+    c.check("model", model, _check_text)
+    # 0 is refused, not read as "the default": an interval of 0 would never be what was meant.
+    interval, timeout = c.duration("interval", 30.0), c.duration("timeout", 10.0)
+    c.check("interval", interval, _above_zero)
+    c.check("timeout", timeout, _above_zero)
     probe = CompletionProbe(
         model=model or "",
         prompt=c.str_field("prompt", "2+2="),
         max_tokens=c.int_field("max_tokens", 4),
-        interval_seconds=c.duration("interval", 30.0) or 30.0,
-        timeout_seconds=c.duration("timeout", 10.0) or 10.0,
+        interval_seconds=interval or 30.0,
+        timeout_seconds=timeout or 10.0,
     )
     c.check("max_tokens", probe.max_tokens, _between(1, 64))
-    c.check("timeout", probe.timeout_seconds, lambda v: None if v > 0 else "must be above 0")
     c.reject_unknown()
     return probe if model else None
 
@@ -337,10 +474,11 @@ def _read_stall(s: _Table) -> StallThresholds:
 
 
 def _read_patterns(p: _Table) -> LogPatterns:
+    def compiled(key: str) -> tuple[Matcher, ...]:
+        return tuple(UserRegex(r, ignore_case=True) for r in p.str_list(key, _check_regex))
+
     patterns = LogPatterns(
-        benign=p.str_list("benign", _check_regex),
-        fatal=p.str_list("fatal", _check_regex),
-        markers=p.str_list("markers", _check_regex),
+        benign=compiled("benign"), fatal=compiled("fatal"), markers=compiled("markers")
     )
     p.reject_unknown()
     return patterns
@@ -353,7 +491,7 @@ def _read_name(r: _Table) -> str | None:
 
 
 def _check_label(value: str) -> str | None:
-    if _LABEL_SAFE.match(value):
+    if _LABEL_SAFE.fullmatch(value):
         return None
     return "must be 1-64 characters of letters, digits, _ . : -"
 
@@ -391,12 +529,14 @@ class _Finders:
 
 def _read_finders(r: _Table) -> _Finders:
     unit, pidfile, cmdline = (r.optional_str(k) for k in ("unit", "pidfile", "cmdline"))
-    r.check("cmdline", cmdline, _check_regex)
-    r.check("pidfile", pidfile, lambda v: None if v.startswith("/") else "must be an absolute path")
+    r.check("unit", unit, _check_unit)
+    r.check("cmdline", cmdline, _check_cmdline)
+    r.check("pidfile", pidfile, _check_file_path)
     given = [k for k, v in (("unit", unit), ("pidfile", pidfile), ("cmdline", cmdline)) if v]
     if len(given) > 1:
         r.fail(given[1], f"conflicts with {given[0]}: use one of unit, pidfile, cmdline")
     log_file = r.optional_str("log_file")
+    r.check("log_file", log_file, _check_file_path)
     r.check("log_file", log_file, _check_log_file)
     journal = r.bool_field("journal", bool(unit) and not log_file)
     if journal and not unit:
@@ -417,7 +557,9 @@ def _read_gpus(r: _Table) -> tuple[int, ...] | None:
 
 def _read_api_key(r: _Table) -> tuple[str | None, str | None]:
     api_key_file = r.optional_str("api_key_file")
+    r.check("api_key_file", api_key_file, _check_file_path)
     api_key_env = r.optional_str("api_key_env")
+    r.check("api_key_env", api_key_env, _check_env_name)
     if api_key_file and api_key_env:
         r.fail("api_key_env", "conflicts with api_key_file: use one")
     return api_key_file, api_key_env
@@ -435,14 +577,20 @@ def _read_target(
     r.check("base_url", base_url, _check_url)
     health_path = r.str_field("health_path", engine.health_path if engine else "/health")
     r.check("health_path", health_path, _check_path)
+    if base_url and not (_check_url(base_url) or _check_path(health_path)):
+        # the URL the probe requests, as the client will build it
+        r.check("health_path", health_path, lambda p: _http_client_refusal(base_url, p))
     timeout = _read_probe_timeout(r, interval)
     completion_table = r.table_field("completion")
     finders = _read_finders(r)
     gpus = _read_gpus(r)
     api_key_file, api_key_env = _read_api_key(r)
     deployment = r.str_field("deployment", "")
+    r.check("deployment", deployment, _check_text)  # a label value
     model = r.str_field("model", "")
+    r.check("model", model, _check_text)  # a label value
     model_path = r.optional_str("model_path")
+    r.check("model_path", model_path, _check_file_path)
     stall_table = r.table_field("stall")
     log_table = r.table_field("log")
     # The nested tables' keys last, after every key of the target itself.
@@ -503,6 +651,15 @@ def _read_targets(
     return tuple(targets)
 
 
+def _read_interval(ex: _Table) -> float:
+    """The loop interval; 0 is refused like any other value out of range, not defaulted."""
+    interval = ex.duration("interval", DEFAULT_INTERVAL_SECONDS)
+    if interval is None or not 0.1 <= interval <= 300:
+        ex.check("interval", interval, lambda _: "must be between 100ms and 5m")
+        return DEFAULT_INTERVAL_SECONDS  # only so the targets' checks can go on
+    return interval
+
+
 def parse_settings(data: Mapping[str, object], path: str) -> Settings:
     """Validate parsed TOML; ``path`` only names the file in error messages.
 
@@ -515,13 +672,12 @@ def parse_settings(data: Mapping[str, object], path: str) -> Settings:
     target_tables = top.list_field("target") or []
     top.reject_unknown()
     ex = top.sub("exporter", exporter_table)
-    interval = ex.duration("interval", DEFAULT_INTERVAL_SECONDS) or DEFAULT_INTERVAL_SECONDS
-    ex.check(
-        "interval", interval, lambda v: None if 0.1 <= v <= 300 else "must be between 100ms and 5m"
-    )
+    interval = _read_interval(ex)
     state_dir = ex.str_field("state_directory", DEFAULT_STATE_DIRECTORY)
+    ex.check("state_directory", state_dir, _check_file_path)
     nvml = ex.bool_field("nvml", True)
     nvml_library_dir = ex.optional_str("nvml_library_dir")
+    ex.check("nvml_library_dir", nvml_library_dir, _check_file_path)
     ex.reject_unknown()
     targets = _read_targets(path, errors, target_tables, interval)
     if errors:
@@ -534,6 +690,46 @@ def parse_settings(data: Mapping[str, object], path: str) -> Settings:
         nvml=nvml,
         nvml_library_dir=nvml_library_dir,
     )
+
+
+def state_directory_problem(directory: str) -> str | None:
+    """Why the daemon could not keep its history in directory, or None.
+
+    ``run`` would fall back to memory and lose history at every restart; ``check-config``
+    says so before. An existing directory gets a real write probe (a temporary file, then
+    removed): permission bits say nothing for root, a read-only mount does. A missing one
+    needs its nearest existing ancestor to be a writable directory (``run`` creates it).
+    """
+    path = Path(directory)
+    if path.is_dir():
+        try:
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        except OSError as exc:
+            return f"is not writable: {exc.strerror or exc}"
+        return None
+    if path.exists() or path.is_symlink():
+        return "exists and is not a directory"
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"cannot be created: {ancestor} is not a directory"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"cannot be created: {ancestor} is not writable"
+    return None
+
+
+def check_environment(settings: Settings) -> list[ConfigError]:
+    """What the host would refuse of a valid config: each problem as a ``ConfigError``.
+
+    For ``check-config``; ``run`` degrades instead (history in memory) and reports it as the
+    history source being down.
+    """
+    problems: list[ConfigError] = []
+    if reason := state_directory_problem(settings.state_directory):
+        problems.append(ConfigError(settings.source_path, "exporter.state_directory", reason))
+    return problems
 
 
 def load_settings(path: str | Path) -> Settings:

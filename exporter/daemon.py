@@ -47,7 +47,7 @@ from exporter.core.observe import (
     observe,
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
-from exporter.errors import ConfigError, ConfigErrors
+from exporter.errors import ConfigErrors
 from exporter.history import History
 from exporter.sdnotify import Notifier
 from exporter.sources import Source, SourceCall, SourceHealth, SourceResult, SourceRunner
@@ -483,13 +483,13 @@ class Daemon:
                 str(exc.errors[0]) if exc.errors else "",
             )
             return False
-        except ConfigError as exc:
+        except Exception as exc:  # ConfigError, or anything else: the loop outlives a reload
             log.error("config reload failed, keeping the running config first=%r", str(exc))
             return False
         old = {w.target.name: w for w in self._watched}
         try:
             watched = [self._rewatch(t, old.get(t.name)) for t in settings.targets]
-        except ConfigError as exc:  # e.g. a world-readable api_key_file
+        except Exception as exc:  # e.g. a world-readable api_key_file; never end the loop
             log.error("config reload failed, keeping the running config first=%r", str(exc))
             return False
         kept = {w.target.name for w in watched}

@@ -23,6 +23,21 @@ def expected_message(path: Path) -> str:
     return first.removeprefix("# expect: ")
 
 
+def exporter_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=60,
+    )
+
+
+def check_config(config: Path) -> subprocess.CompletedProcess[str]:
+    return exporter_cli("check-config", "--config.file", str(config))
+
+
 def test_example_config_is_valid_and_complete():
     settings = load_settings(ROOT / "deploy/config.example.toml")
     names = [t.name for t in settings.targets]
@@ -85,13 +100,7 @@ def test_bad_durations(bad):
 def test_check_config_command_exits_2_with_one_line_per_problem(tmp_path):
     bad = tmp_path / "c.toml"
     bad.write_text('[[target]]\nname = "a"\nbase_url = "ftp://x"\n[exporter]\ninterval = "x"\n')
-    run = subprocess.run(
-        [sys.executable, "-m", "exporter", "check-config", "--config.file", str(bad)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    run = exporter_cli("check-config", "--config.file", str(bad))
     assert run.returncode == 2
     assert run.stderr.splitlines() == [
         f"{bad}: exporter.interval: 'x' is not a duration such as 10s or 1m30s",
@@ -238,3 +247,118 @@ def test_run_refuses_a_bad_web_config_exactly_as_check_config_does(
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()  # one line, no traceback
     assert line.startswith(f"{web}: ") and problem in line
+
+
+# --- what run needs, checked here (issue 19 #2, #12) ---------------------------------------
+
+url_tails = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=24).map(
+    lambda s: "http://" + s
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(url_tails, st.sampled_from(["http://xn--a", "http://[::1]x:80", "http://😀"])))
+def test_every_base_url_the_checker_accepts_builds_the_probe_client(url):
+    """The daemon died at start or SIGHUP on URLs urllib liked and httpx refused (a \\t)."""
+    import httpx
+
+    from exporter.config import parse_settings
+
+    data = {"target": [{"name": "a", "base_url": url}]}
+    try:
+        (target,) = parse_settings(data, "c.toml").targets
+    except ConfigErrors as exc:
+        assert all("\n" not in str(e) for e in exc.errors)
+        return
+    with httpx.Client(base_url=target.base_url) as client:  # what the Prober builds
+        client.build_request("GET", target.health_path)
+
+
+@pytest.mark.integration
+def test_run_refuses_a_url_the_http_client_would_refuse_with_one_line(tmp_path):
+    # A TOML escape: the string holds a real tab. urllib took it, httpx raised InvalidURL
+    # when the daemon built its probes: a traceback and exit 1.
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[exporter]\nstate_directory = "{tmp_path}"\n'
+        '[[target]]\nname = "a"\nbase_url = "http://127.0.0.1:8000\\t"\n'
+    )
+    for command in ("run", "check-config"):
+        result = exporter_cli(command, "--config.file", str(config))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [
+            f"{config}: target[0].base_url: must not contain control characters "
+            "('\\t' at position 21)"
+        ]
+
+
+@pytest.mark.integration
+def test_check_config_refuses_a_state_directory_the_daemon_could_not_write(tmp_path):
+    # Root passes any permission check, so the unwritable places are real ones: a path
+    # below a regular file, and a regular file where the directory should be.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cases = {
+        blocker / "state": f"cannot be created: {blocker} is not a directory",
+        blocker: "exists and is not a directory",
+    }
+    for state, reason in cases.items():
+        config = tmp_path / "c.toml"
+        config.write_text(f'[exporter]\nstate_directory = "{state}"\n')
+        result = check_config(config)
+        assert result.returncode == 2
+        assert result.stderr.splitlines() == [f"{config}: exporter.state_directory: {reason}"]
+    config.write_text(f'[exporter]\nstate_directory = "{tmp_path / "new" / "state"}"\n')
+    assert check_config(config).returncode == 0
+    assert not (tmp_path / "new").exists(), "the check creates nothing"
+
+
+def test_the_state_directory_is_probed_by_a_real_write(tmp_path, monkeypatch):
+    from exporter.config import state_directory_problem
+
+    assert state_directory_problem(str(tmp_path)) is None
+    assert list(tmp_path.iterdir()) == [], "the probe file is removed"
+
+    # A read-only mount refuses root too; one cannot be made here, so the write itself is
+    # made to fail the way it would there (the one fake in this file).
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr("tempfile.TemporaryFile", refuse)
+    assert state_directory_problem(str(tmp_path)) == "is not writable: Read-only file system"
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"(fail)\1", r"(?=x)oom", r"(?<!ok )error", r"a++", r"(?>a|ab)c"],
+)
+def test_patterns_only_a_backtracking_engine_can_run_are_refused(pattern):
+    from exporter.config import parse_settings
+
+    data = {"target": [{"name": "a", "base_url": "http://h:1", "log": {"markers": [pattern]}}]}
+    with pytest.raises(ConfigErrors) as info:
+        parse_settings(data, "c.toml")
+    (line,) = (str(e) for e in info.value.errors)
+    assert line.startswith("c.toml: target[0].log.markers[0]: needs backtracking")
+
+
+def test_user_patterns_are_compiled_for_linear_time_matching():
+    from exporter.config import UserRegex, parse_settings
+
+    data = {
+        "target": [
+            {
+                "name": "a",
+                "base_url": "http://h:1",
+                "cmdline": "(x+x+)+y",
+                "log": {"fatal": ["(a+)+$"]},
+            }
+        ]
+    }
+    (target,) = parse_settings(data, "c.toml").targets
+    (fatal,) = target.log_patterns.fatal
+    assert fatal == UserRegex("(a+)+$", ignore_case=True)
+    hostile = "a" * 5000 + "!"
+    assert fatal.search(hostile) is None  # Python's re takes longer than anyone waits
+    assert fatal.search("A" * 5000) is not None
+    assert UserRegex(target.cmdline or "").search("x" * 5000) is None

@@ -81,7 +81,8 @@ def test_pure_modules_import_only_what_they_may(module, allowed):
     [
         ("pynvml", {"exporter.sources.gpu", "exporter.sources.nvml_worker"}),
         ("systemd", {"exporter.sources.logs"}),
-        ("httpx", {"exporter.sources.probe", "exporter.commands.wait"}),
+        # config only parses base URLs with httpx.URL (no I/O), exactly as the probes will
+        ("httpx", {"exporter.sources.probe", "exporter.commands.wait", "exporter.config"}),
         (
             "psutil",
             {

@@ -15,8 +15,11 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Final
 
 from exporter.core.model import FailureReason, LogClass, LogEvent
+from exporter.core.redact import redact
 from exporter.engines import vocabulary
-from exporter.engines.profile import LogPattern, LogPatterns, LogProfile
+from exporter.engines.profile import LogPattern, LogPatterns, LogProfile, Matcher
+
+__all__ = ["LogClassifier", "clean", "line_level", "parse_timestamp", "reason_detail", "redact"]
 
 #: Longest text an event carries; a longer line is cut (engines print megabyte-long args).
 MAX_LINE_CHARS: Final = 8192
@@ -27,58 +30,12 @@ MATCH_CHARS: Final = 2048
 _TRACEBACK_BUDGET: Final = 200
 #: A yearless stamp this far past the read time belongs to the previous year.
 _FUTURE_SLACK_SECONDS: Final = 2 * 86400
-_REDACTED: Final = "<redacted>"
 
 # Raw ESC sequences, and the same rendered as text by CloudWatch (tgi-06-other "#033[2m").
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-B]|#033\[[0-9;]*[A-Za-z]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # tqdm's "[elapsed<remaining, rate]": what follows it was glued on by a later write.
 _TQDM_STATS = re.compile(r"\[(?:\d+:)?\d+:\d+<(?:(?:\d+:)?\d+:\d+|\?)(?:,[^\]\[]*)?\]")
-
-# --- secrets -------------------------------------------------------------------------------
-_SECRET_FLAG = re.compile(
-    r"(--[\w-]*(?:api[-_]key|token|secret|password)(?:=|\s+))('[^']*'|\"[^\"]*\"|\S+)", re.I
-)
-_SECRET_QUOTED = re.compile(
-    r"""(\b[\w-]*(?:api[-_]?key|token|secret|password|passwd)['"]?\s*[:=]\s*)"""
-    r"""(\[[^\]]*\]|'[^']*'|"[^"]*")""",
-    re.I,
-)
-_SECRET_BARE = re.compile(
-    r"""(\b[\w-]*(?:api[-_]?key|secret|password|passwd)['"]?\s*[:=]\s*)([^\s,;)'"\[\]<]+)""", re.I
-)
-_SECRET_ENV = re.compile(r"\b([A-Z][A-Z0-9_]*(?:API_KEY|TOKEN|SECRET|PASSWORD))=(\S+)")
-_SECRET_BEARER = re.compile(r"\b(Bearer|Basic)(\s+)[A-Za-z0-9._~+/=-]{6,}", re.I)
-_SECRET_OPENAI = re.compile(r"\bsk-[A-Za-z0-9_-]{3,}")
-_SECRET_HF = re.compile(r"\bhf_[A-Za-z0-9]{16,}")
-# Every secret pattern above contains one of these; most lines contain none.
-_SECRET_HINT = re.compile(r"key|token|secret|passw|bearer|basic|sk-|hf_", re.I)
-
-
-def _redact_value(m: re.Match[str]) -> str:
-    value = m.group(2)
-    if value.startswith("["):
-        return f"{m.group(1)}[{_REDACTED}]"
-    if value[:1] in "'\"":
-        return f"{m.group(1)}{value[0]}{_REDACTED}{value[0]}"
-    return f"{m.group(1)}{_REDACTED}"
-
-
-def redact(text: str) -> str:
-    """Replace API keys, tokens, passwords and bearer credentials with ``<redacted>``.
-
-    Covers ``--api-key X``, ``--api-key=X``, ``'api_key': '...'``, ``api_key=[...]``,
-    ``VLLM_API_KEY=...``, ``Bearer ...``, OpenAI-style ``sk-...`` and Hugging Face ``hf_...``.
-    """
-    if not _SECRET_HINT.search(text):
-        return text
-    text = _SECRET_FLAG.sub(_redact_value, text)
-    text = _SECRET_QUOTED.sub(_redact_value, text)
-    text = _SECRET_BARE.sub(_redact_value, text)
-    text = _SECRET_ENV.sub(lambda m: f"{m.group(1)}={_REDACTED}", text)
-    text = _SECRET_BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{_REDACTED}", text)
-    text = _SECRET_OPENAI.sub(f"sk-{_REDACTED}", text)
-    return _SECRET_HF.sub(f"hf_{_REDACTED}", text)
 
 
 def clean(text: str) -> str:
@@ -281,9 +238,19 @@ def infer_reason(text: str) -> FailureReason:
     return FailureReason.CRASH
 
 
-def _user_patterns(regexes: Iterable[str], cls: LogClass) -> tuple[LogPattern, ...]:
-    marker = "user" if cls is LogClass.MARKER else None
-    return tuple(LogPattern(re.compile(r, re.IGNORECASE), cls, marker) for r in regexes)
+class _UserPatterns:
+    """The operator's patterns of one kind, compiled by the config with a linear-time engine.
+
+    Never run through ``re``: a user pattern with nested quantifiers and one hostile line
+    would backtrack for minutes holding the GIL (scrapes and ``/-/healthy`` stop with it).
+    """
+
+    def __init__(self, matchers: Iterable[Matcher]) -> None:
+        self._matchers = tuple(matchers)
+
+    def matches(self, text: str) -> bool:
+        """Whether any of the patterns occurs in text."""
+        return any(m.search(text) is not None for m in self._matchers)
 
 
 def _count(value: str) -> int:
@@ -309,7 +276,7 @@ class _PatternSet:
         )
         try:
             self._screen = re.compile(alternatives, re.IGNORECASE) if self.patterns else None
-        except re.error:  # e.g. a user pattern with inline global flags: check one by one
+        except re.error:  # e.g. a pattern with inline global flags: check one by one
             self._screen = None
 
     def first(self, text: str) -> tuple[LogPattern, re.Match[str]] | None:
@@ -373,9 +340,9 @@ class LogClassifier:
 
     def __init__(self, profile: LogProfile, patterns: LogPatterns | None = None) -> None:
         user = patterns or LogPatterns()
-        self._user_fatal = _PatternSet(_user_patterns(user.fatal, LogClass.FATAL))
-        self._user_benign = _PatternSet(_user_patterns(user.benign, LogClass.BENIGN))
-        self._user_markers = _PatternSet(_user_patterns(user.markers, LogClass.MARKER))
+        self._user_fatal = _UserPatterns(user.fatal)
+        self._user_benign = _UserPatterns(user.benign)
+        self._user_markers = _UserPatterns(user.markers)
         self._fatal = _sorted_fatal(profile.fatal)
         self._benign = _PatternSet(profile.benign)
         self._shared_quiet = _PatternSet((*vocabulary.STOPS, *vocabulary.BENIGN))
@@ -462,9 +429,9 @@ class LogClassifier:
 
     def _match_fatal(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
         """Fatal or benign by the layers, in order; None when no layer knows the line."""
-        if self._user_fatal.first(text):
+        if self._user_fatal.matches(text):
             return self._fatal_event(text, at, line_no, infer_reason(text))
-        if self._user_benign.first(text):
+        if self._user_benign.matches(text):
             return self._benign_event(text, at, line_no)
         if found := self._fatal.first(text):
             reason = found[0].fatal_reason or FailureReason.CRASH
@@ -553,7 +520,7 @@ class LogClassifier:
                 tb.hint = stronger(reason, tb.hint)
 
     def _match_marker(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
-        if self._user_markers.first(text):
+        if self._user_markers.matches(text):
             return LogEvent(LogClass.MARKER, text, at, marker="user", line_no=line_no)
         found = self._markers.first(text)
         if found is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from exporter.core.model import FailureReason, LogClass, Phase
 
@@ -74,13 +75,25 @@ def wrapper(regex: str) -> LogPattern:
     return pattern(regex, LogClass.ERROR, marker="traceback", fatal_reason=FailureReason.CRASH)
 
 
+class Matcher(Protocol):
+    """A compiled pattern the classifier can search a line with.
+
+    The config compiles user patterns with a linear-time engine (``exporter.config.UserRegex``),
+    so a hostile line cannot make one backtrack for minutes; the core only searches.
+    """
+
+    def search(self, text: str) -> object | None:
+        """A match object when the pattern occurs in text, else None."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class LogPatterns:
-    """User additions to an engine's log profile (regular expressions from the config)."""
+    """User additions to an engine's log profile (compiled regular expressions from the config)."""
 
-    benign: tuple[str, ...] = ()
-    fatal: tuple[str, ...] = ()
-    markers: tuple[str, ...] = ()
+    benign: tuple[Matcher, ...] = ()
+    fatal: tuple[Matcher, ...] = ()
+    markers: tuple[Matcher, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from exporter.config import UserRegex
 from exporter.core.classify import MAX_LINE_CHARS, LogClassifier, clean, redact, split_updates
 from exporter.core.model import FailureReason, LogClass, Phase
 from exporter.engines import ENGINES
@@ -310,9 +311,9 @@ def test_wording_drift_between_versions_is_tolerated():
 
 def test_user_patterns_extend_and_override_the_profile():
     patterns = LogPatterns(
-        benign=(r"CUDA out of memory in the test harness",),
-        fatal=(r"my engine gave up",),
-        markers=(r"custom warmup finished",),
+        benign=(UserRegex(r"CUDA out of memory in the test harness", ignore_case=True),),
+        fatal=(UserRegex(r"my engine gave up", ignore_case=True),),
+        markers=(UserRegex(r"custom warmup finished", ignore_case=True),),
     )
     events = classify(
         "vllm",
@@ -366,3 +367,53 @@ def test_a_redacted_line_still_announces_its_phase():
 )
 def test_ordinary_text_is_not_mistaken_for_a_secret(line):
     assert redact(line).replace("api_key=<redacted>", "api_key=None") == line
+
+
+# Issue 19 #10: one line per shape that reached /status and wait's last lines before.
+SECRET_SHAPES = {
+    "key=value naming a secret": "request failed auth_token=CANARYa1 model=m",
+    "query token in a logged URL": "GET http://10.0.0.1:8000/v1/models?token=CANARYq&limit=5 401",
+    "URL credentials": "fetching https://user:CANARYpw@huggingface.co/m/resolve/main/a.bin",
+    "AWS secret in the environment": "env: AWS_SECRET_ACCESS_KEY=CANARYaws AWS_REGION=us-east-1",
+    "AWS access key id": "boto: using key AKIAIOSFODNN7EXAMPLE for s3",
+    "key: value": "password: CANARYyaml",
+    "JSON pair": 'config {"client_secret": "CANARYjson", "model": "m"}',
+    "camelCase key": "login apiKey=CANARYcamel sessionToken: CANARYst",
+    "header with a dash": "x-api-key: CANARYhdr",
+    "cookie header": "Cookie: session=CANARYc; other=CANARYd",
+    "raw authorization": "Authorization: CANARYraw",
+    "flag before another flag": "serve --hf-token CANARYflag --port 8000",
+    "Google API key in a query": "https://www.googleapis.com/x?key=CANARYgoogle&alt=json",
+    "presigned URL": "GET /b/o?X-Amz-Credential=CANARYcred/2023&X-Amz-Signature=CANARYsig",
+    "GitHub token": "clone with ghp_CANARY0123456789abcdefghij",
+    "GitHub fine-grained token": "token github_pat_11CANARY0123456789abcdefghij",
+    "Slack token": "posting with xoxb-CANARY012345-abcdef",
+    "JWT": "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJDQU5BUlkifQ.CANARYsignature",
+    "PEM private key": "-----BEGIN RSA PRIVATE KEY----- MIIECANARY",
+}
+
+
+@pytest.mark.parametrize("line", SECRET_SHAPES.values(), ids=SECRET_SHAPES.keys())
+def test_each_secret_shape_is_redacted(line):
+    redacted = redact(line)
+    assert "CANARY" not in redacted and "EXAMPLE" not in redacted
+    assert "<redacted>" in redacted
+    assert redacted[:5] == line[:5], "what comes before the secret still reads"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "loading /models/meta-llama/Llama-3.1-8B-Instruct/tokenizer.json",
+        "Namespace(max_tokens=2048, tokenizer='t', tokenizer_mode=auto, skip_tokenizer_init=False)",
+        "Avg prompt throughput: 12.3 tokens/s, Avg generation throughput: 40.1 token/s",
+        "time to first token: 35ms, token_count=12, max_num_batched_tokens=8192",
+        "print_info: BOS token        = 128000 '<|begin_of_text|>'",
+        "allow_credentials=False, api_key_file=/etc/exporter/key, session_len=4096",
+        "model Qwen/Qwen2.5-7B-Instruct@main on cuda:0, author: someone, oauth_enabled=false",
+        "mail ops@example.com about http://127.0.0.1:8000/health?ready=1",
+        "disk-cache at /var/cache/sk-models, task-1234 done",
+    ],
+)
+def test_ordinary_lines_are_left_as_they_are(line):
+    assert redact(line) == line

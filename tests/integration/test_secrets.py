@@ -60,6 +60,14 @@ def test_api_keys_never_leak_into_any_output(tmp_path):
                 f"ERROR 01-23 15:48:48 [server.py:2] request failed: Authorization: "
                 f"Bearer {CANARY}-bearer --api-key {CANARY}-err\n"
             )
+            # issue 19: shapes without a known prefix, shown as the notable line they are
+            plain = "CANARYplain0123456789"
+            f.write(
+                f"ERROR 01-23 15:48:49 [server.py:3] upstream failed: auth_token={plain}-auth "
+                f"GET http://10.0.0.1:9/v1/models?token={plain}-query&n=1 "
+                f"https://user:{plain}-pw@models.example/m.bin "
+                f"AWS_SECRET_ACCESS_KEY={plain}-aws\n"
+            )
         toml = f"""
 [[target]]
 name = "secret"
@@ -106,3 +114,4 @@ api_key_file = "{key_file}"
     for where, text in outputs.items():
         assert "CANARY" not in text, f"a secret reached {where}"
     assert "Authorization" in outputs["/status"] or "api_key" in outputs["/status"]
+    assert "auth_token=<redacted>" in outputs["/status"], "the line is shown, redacted"

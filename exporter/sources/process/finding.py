@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterable, Iterator
 from typing import Final, Protocol
 
 import psutil
 
-from exporter.config import Target
+from exporter.config import Target, UserRegex
 from exporter.errors import SourceError
 from exporter.sources.process.procfs import PROC, ProcessError, proc_hides_pids
 
@@ -59,7 +58,8 @@ def make_finder(target: Target, cgroup_root: str) -> Finder:
     if not words:
         return _PortFinder(target.port)
     # Before the engine listens, its command line names it and its port.
-    pattern = rf"(?:{words}).*--port[= ]{target.port}(?!\d)"
+    # Written for RE2 (no lookahead), which every command line pattern runs on.
+    pattern = rf"(?:{words}).*--port[= ]{target.port}(?:\D|$)"
     return _PortThenCmdlineFinder(_PortFinder(target.port), _CmdlineFinder(pattern))
 
 
@@ -213,7 +213,7 @@ class _CmdlineFinder(_Walked):
 
     def __init__(self, pattern: str) -> None:
         self._source = pattern
-        self._pattern: re.Pattern[str] | None = None
+        self._pattern: UserRegex | None = None
         self._unmatched: set[int] = set()
 
     def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
@@ -234,16 +234,18 @@ class _CmdlineFinder(_Walked):
             raise SourceError(ProcessError.NOT_VISIBLE, "/proc hides other users' processes")
         return _oldest_root(matches)
 
-    def _compiled(self) -> re.Pattern[str]:
+    def _compiled(self) -> UserRegex:
+        # RE2, as the config checked it: a command line is the user's and anyone's to shape,
+        # and a backtracking pattern over it would freeze the loop.
         if self._pattern is None:
             try:
-                self._pattern = re.compile(self._source)
-            except re.error as exc:
+                self._pattern = UserRegex(self._source)
+            except ValueError as exc:
                 raise SourceError(ProcessError.INVALID_FINDER, "cmdline regex invalid") from exc
         return self._pattern
 
 
-def _cmdline_matches(proc: psutil.Process, pattern: re.Pattern[str]) -> bool:
+def _cmdline_matches(proc: psutil.Process, pattern: UserRegex) -> bool:
     try:
         words = proc.cmdline()
     except psutil.Error:

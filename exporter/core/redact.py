@@ -1,0 +1,172 @@
+"""Secrets out of engine log lines, by shape: what reaches ``/status``, the page and ``wait``.
+
+No I/O. Four shapes, each on its own:
+
+- a key naming a secret, then its value: ``auth_token=X``, ``password: X``,
+  ``"api_key": "X"``, ``'hf_token': 'X'``, ``AWS_SECRET_ACCESS_KEY=X``, ``--api-key X``,
+  ``Cookie: a=b; c=d``, ``Authorization: Bearer X``;
+- URL credentials and query parameters naming secrets: ``https://user:X@host``,
+  ``?token=X&...``, ``?key=X`` (Google), ``X-Amz-Signature=X``;
+- token formats that are secrets wherever they appear: OpenAI ``sk-``, Hugging Face ``hf_``,
+  AWS ``AKIA``/``ASIA``, GitHub ``ghp_``/``gho_``/``github_pat_``, Slack ``xox?-``, JWT
+  ``eyJ...``, Google ``AIza``, a PEM private key;
+- ``Bearer``/``Basic`` credentials.
+
+A key names a secret when its last word does (``auth_token``, ``apiKey``, ``SECRET_ACCESS_KEY``),
+so ``max_tokens=2048``, ``tokenizer=...``, ``token_count=3`` and ``#full token: 16978`` stay.
+
+Every pattern is bounded (keys to 64 characters, quoted values to 1,024), so a hostile line
+costs time linear in its length: these run on every line read.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+REDACTED: Final = "<redacted>"
+
+#: Last words of a key that make its value a secret ("tokens", "tokenizer" do not).
+_SECRET_WORDS: Final = frozenset(
+    {
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "apikey",
+        "credential",
+        "credentials",
+        "auth",
+        "authorization",
+        "session",
+        "sessionid",
+        "cookie",
+        "signature",
+    }
+)
+#: Two last words that together name a secret ("api_key", "access_key", "private_key").
+_SECRET_PAIRS: Final = frozenset(
+    {("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"), ("auth", "key")}
+)
+# Words of a key: "AWS_SECRET_ACCESS_KEY", "authToken", "x-api-key", "HFToken".
+_KEY_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+# A key (any identifier with a secret-ish word in it), an optional closing quote, = or :, and
+# the value: a list, a quoted string, or a bare word. The key must start a word.
+_HINTED_KEY = (
+    r"(?:token|secret|passw|pwd|passphrase|api[_-]?key|access[_-]?key|private[_-]?key"
+    r"|credential|auth|session|cookie|signature)"
+)
+_PAIR = re.compile(
+    r"(?<![\w.-])(?P<key>[\w.-]{0,64}?" + _HINTED_KEY + r"[\w.-]{0,64}?)"
+    r"(?P<sep>['\"]?\s*[:=]\s*)"
+    r"(?P<scheme>(?:Bearer|Basic|Token|Digest)\s+)?"
+    r"(?P<value>\[[^\]]{0,1024}\]|'[^']{0,1024}'|\"[^\"]{0,1024}\"|[^\s,;)'\"\[\]<>&]+)",
+    re.I,
+)
+# "#full token: 16978", "BOS token = 2": a statistic printed, not a secret assigned.
+_STATISTIC = re.compile(r"\d+(?:\.\d+)?(?:ms|s|%)?")
+# "allow_credentials=False", "api_key=None": a setting's absence, never a secret.
+_NOT_SET = frozenset({"true", "false", "none", "null", "''", '""'})
+# A cookie header's value runs to the end of the header, over its "; ".
+_COOKIE = re.compile(r"(?<![\w-])((?:set-)?cookie['\"]?\s*[:=]\s*)([^'\"\r\n]{1,4096})", re.I)
+# --api-key X, --hf-token X (a flag and the next argument); never the next flag.
+_FLAG = re.compile(
+    r"(--[\w-]{0,64}?(?:api[-_]?key|token|secret|password|passwd|credentials?)(?:=|\s+))"
+    r"(?!--)('[^']{0,1024}'|\"[^\"]{0,1024}\"|\S+)",
+    re.I,
+)
+_URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]{0,15}://)[^/\s@?#]{1,256}@", re.I)
+# Query parameters whose name alone says secret in a URL ("key", "sig").
+_QUERY_SECRET = re.compile(r"([?&](?:key|sig|code)=)[^&#\s'\"]+", re.I)
+_BEARER = re.compile(r"\b(Bearer|Basic)(\s+)[A-Za-z0-9._~+/=-]{6,}", re.I)
+# Each format's prefix is kept, so a reader still sees which kind of token was there; each
+# is tried only on lines holding one of its literals (most lines hold none).
+_FORMATS: Final = tuple(
+    (literals, re.compile(pattern))
+    for literals, pattern in (
+        # OpenAI keys are random: they hold a digit ("sk-models" in a path does not).
+        (("sk-",), r"\b(sk-)(?=[A-Za-z_-]{0,200}\d)[A-Za-z0-9_-]{6,}"),
+        (("hf_",), r"\b(hf_)[A-Za-z0-9]{16,}"),
+        (("AKIA", "ASIA", "ABIA", "ACCA"), r"\b(AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"),
+        (("github_pat_",), r"\b(github_pat_)[A-Za-z0-9_]{20,}"),
+        (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), r"\b(gh[pousr]_)[A-Za-z0-9]{20,}"),
+        (("xox",), r"\b(xox[abposr]-)[A-Za-z0-9-]{10,}"),
+        (("eyJ",), r"\b(eyJ)[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
+        (("AIza",), r"\b(AIza)[0-9A-Za-z_-]{35}"),
+        (("PRIVATE KEY",), r"(-----BEGIN [A-Z ]{0,32}PRIVATE KEY-----).*"),
+    )
+)
+#: Lower-case words one of which a key naming a secret holds (see ``_HINTED_KEY``).
+_KEY_HINTS: Final = (
+    "token",
+    "secret",
+    "passw",
+    "pwd",
+    "passphrase",
+    "key",
+    "credential",
+    "auth",
+    "session",
+    "cookie",
+    "signature",
+)
+
+
+def names_secret(key: str) -> bool:
+    """Whether a key's last word (or two) names a secret: ``auth_token``, not ``max_tokens``."""
+    words = [w.lower() for w in _KEY_WORDS.findall(key)]
+    if not words:
+        return False
+    return words[-1] in _SECRET_WORDS or tuple(words[-2:]) in _SECRET_PAIRS
+
+
+def _hidden(value: str) -> str:
+    """The value replaced, keeping its brackets or quotes so the line still reads."""
+    if value.startswith("["):
+        return f"[{REDACTED}]"
+    if value[:1] in "'\"" and len(value) > 1:
+        return f"{value[0]}{REDACTED}{value[0]}"
+    return REDACTED
+
+
+def _pair(m: re.Match[str]) -> str:
+    key, sep, scheme, value = m.group("key", "sep", "scheme", "value")
+    if not names_secret(key):
+        return m.group()
+    if value.lower() in _NOT_SET:
+        return m.group()
+    if not scheme and (":" in sep or " " in sep) and _STATISTIC.fullmatch(value):
+        return m.group()
+    return f"{key}{sep}{scheme or ''}{_hidden(value)}"
+
+
+def _has(text: str, words: tuple[str, ...]) -> bool:
+    return any(w in text for w in words)
+
+
+def redact(text: str) -> str:
+    """Replace secrets in one line with ``<redacted>``, by shape (see the module docstring).
+
+    Each pass runs only on lines holding its literal: a substring test costs far less than
+    a regex scan, and most lines of a log hold none.
+    """
+    low = text.lower()
+    if "@" in text and "://" in text:
+        text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    if "=" in text and ("?" in text or "&" in text):
+        text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    if "cookie" in low:
+        text = _COOKIE.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    if "--" in text:
+        text = _FLAG.sub(lambda m: f"{m.group(1)}{_hidden(m.group(2))}", text)
+    if ("=" in text or ":" in text) and _has(low, _KEY_HINTS):
+        text = _PAIR.sub(_pair, text)
+    if "bearer" in low or "basic" in low:
+        text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    for literals, pattern in _FORMATS:
+        if _has(text, literals):
+            text = pattern.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    return text
