@@ -31,6 +31,9 @@ from exporter.web.config import (
 )
 
 log = logging.getLogger(__name__)
+#: Kubernetes' liveness and readiness probes carry no credentials; these two paths tell only
+#: whether the exporter is up and has sampled once, so they answer without basic auth.
+UNAUTHENTICATED_PATHS: Final = frozenset({"/-/healthy", "/-/ready"})
 T = TypeVar("T")
 
 HANDLER_THREADS: Final = 4
@@ -169,8 +172,10 @@ class WebApp:
     async def _checked(self, scope: Scope, config: WebConfig) -> _Reply:
         if config.rate_limit is not None and not self._bucket_for(config.rate_limit).take():
             return _text(429, "Too Many Requests\n")
-        if config.basic_auth_users and not await self._authorized(scope, config):
-            return _text(401, "Unauthorized\n", ("WWW-Authenticate", "Basic"))
+        if config.basic_auth_users and scope["path"] not in UNAUTHENTICATED_PATHS:
+            refused = await self._authorized(scope, config)
+            if refused is not None:
+                return refused
         route = self._table.get(scope["path"])
         if route is None:
             return _text(404, "Not Found\n")
@@ -184,19 +189,30 @@ class WebApp:
             self._bucket = _TokenBucket(limit)
         return self._bucket
 
-    async def _authorized(self, scope: Scope, config: WebConfig) -> bool:
+    async def _authorized(self, scope: Scope, config: WebConfig) -> _Reply | None:
+        """None when the request may pass; else 401, or 503 when checks are queued too long."""
+        unauthorized = _text(401, "Unauthorized\n", ("WWW-Authenticate", "Basic"))
         credentials = parse_basic_authorization(_header(scope, b"authorization"))
         if credentials is None:
-            return False
+            return unauthorized
         if self._users is None or self._users[0] is not config:
             self._users = (config, BasicAuthUsers(config.basic_auth_users))
         users = self._users[1]
         if users.cached(*credentials):
-            return True
+            return None
+        started = time.monotonic()
         try:
-            return await self._bcrypt.run(lambda: users.verify(*credentials), self._handler_seconds)
-        except TimeoutError:
-            return False
+            ok = await self._bcrypt.run(
+                lambda: users.slowest_check_seconds >= 0 and users.verify(*credentials),
+                self._handler_seconds,
+            )
+        except TimeoutError:  # queued behind other checks: not a wrong password
+            return _text(
+                503, "Service Unavailable: busy checking passwords\n", ("Retry-After", "1")
+            )
+        # Pad on the loop, not in the bcrypt worker: timing says nothing of who exists.
+        await asyncio.sleep(max(0.0, users.slowest_check_seconds - (time.monotonic() - started)))
+        return None if ok else unauthorized
 
     async def _metrics(self, scope: Scope) -> _Reply:
         form = _MetricsForm.of(_header(scope, b"accept"), _header(scope, b"accept-encoding"))

@@ -18,6 +18,7 @@ import re
 import secrets
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -666,6 +667,17 @@ class BasicAuthUsers:
 
     def __bool__(self) -> bool:
         return bool(self._users)
+
+    @functools.cached_property
+    def slowest_check_seconds(self) -> float:
+        """How long one check at the highest cost in the file takes (measured once, here).
+
+        Every answer is padded to it, so neither an unknown user (checked against a fake hash
+        of that cost) nor a known user with a cheaper hash stands out by its timing.
+        """
+        started = time.perf_counter()
+        bcrypt.checkpw(b"timing", _fake_hash(self._cost))
+        return time.perf_counter() - started
 
     def cached(self, user: str, password: bytes) -> bool:
         """True when this exact (user, hash, password) was verified before; cheap."""

@@ -21,6 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from exporter.errors import ConfigError, ExporterError
+from exporter.web.config import BasicAuthUsers
 from exporter.web.server import HANDLER_THREADS, WebLimits, WebRoutes, WebServer
 
 pytestmark = pytest.mark.integration
@@ -844,3 +846,49 @@ def test_stop_releases_the_port():
     finally:
         again.stop()
         again.stop()
+
+
+def two_users_config() -> str:
+    cheap = "$2y$" + bcrypt.hashpw(b"cheap", bcrypt.gensalt(4)).decode()[4:]
+    dear = "$2y$" + bcrypt.hashpw(b"dear", bcrypt.gensalt(12)).decode()[4:]
+    return f"basic_auth_users:\n  cheap: '{cheap}'\n  dear: '{dear}'\n"
+
+
+def timed_get(server: WebServer, **kwargs) -> tuple[int, float]:
+    started = time.perf_counter()
+    reply = http_get(server, **kwargs)
+    return reply.status_code, time.perf_counter() - started
+
+
+def test_timing_does_not_tell_which_users_exist(tmp_path):
+    # One user's hash costs 4 rounds, another's 12: the cheap user, a wrong password for it
+    # and an unknown user all answer no sooner than one check at cost 12.
+    slowest = BasicAuthUsers({"x": "$2b$12$" + "a" * 53}).slowest_check_seconds
+    with serving(web_config=write_config(tmp_path, two_users_config())) as server:
+        known = timed_get(server, auth=("cheap", "wrong"))
+        unknown = timed_get(server, auth=("mallory", "wrong"))
+        right = timed_get(server, auth=("cheap", "cheap"))
+    assert (known[0], unknown[0], right[0]) == (401, 401, 200)
+    for _, seconds in (known, unknown, right):
+        assert seconds >= 0.25 * slowest  # padded to the slowest check (a cost-4 check: ~1 ms)
+
+
+def test_probe_paths_answer_without_credentials_and_the_rest_does_not(tmp_path):
+    # The shipped DaemonSet's liveness and readiness probes carry no credentials.
+    with serving(web_config=write_config(tmp_path, users_config())) as server:
+        assert http_get(server, "/-/healthy").status_code == 200
+        assert http_get(server, "/-/ready").status_code in (200, 503)
+        assert http_get(server, "/status").status_code == 401
+        assert http_get(server, "/metrics").status_code == 401
+
+
+def test_a_check_queued_too_long_is_busy_not_unauthorized(tmp_path):
+    limits = dataclasses.replace(FAST, handler_seconds=0.05)
+    config = write_config(tmp_path, two_users_config())
+    # eight cost-12 checks queue behind the one bcrypt worker
+    with serving(web_config=config, limits=limits) as server, ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: http_get(server, auth=("dear", "no")), range(8)))
+    statuses = {r.status_code for r in codes}
+    assert 503 in statuses and statuses <= {401, 503}
+    busy = next(r for r in codes if r.status_code == 503)
+    assert busy.headers["retry-after"] == "1"
