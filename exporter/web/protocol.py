@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Final, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -29,12 +29,40 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_HEAD: Final = 16 * 1024
 
 
+class IdleConnections:
+    """HTTP connections with no request under way, oldest first (loop thread only).
+
+    When the server is full, the oldest of them is closed to let a new connection in: a
+    thousand sockets that send nothing cannot crowd out the scraper.
+    """
+
+    def __init__(self) -> None:
+        self._idle: dict[GuardedProtocol, None] = {}
+
+    def mark(self, connection: GuardedProtocol, *, idle: bool) -> None:
+        """Record whether a connection waits for a request's first byte (newest last)."""
+        self._idle.pop(connection, None)
+        if idle:
+            self._idle[connection] = None
+
+    def close_oldest(self) -> bool:
+        """Close the connection idle the longest; False when none is idle."""
+        while self._idle:
+            oldest = next(iter(self._idle))
+            del self._idle[oldest]
+            if not oldest.transport.is_closing():
+                oldest.transport.close()
+                return True
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class Guard:
     """What every connection is held to: the request deadline and the client SAN check."""
 
     request_seconds: float
     watch: WebConfigWatch
+    idle: IdleConnections = field(default_factory=IdleConnections)
 
     def admits(self, transport: asyncio.BaseTransport) -> bool:
         """False when TLS demands client SANs and this peer's certificate has none allowed."""
@@ -104,6 +132,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """Forget the deadline with the connection."""
         self._cancel_deadline()
+        self.guard.idle.mark(self, idle=False)
         super().connection_lost(exc)
 
     def _receiving(self) -> bool:
@@ -112,6 +141,8 @@ class GuardedProtocol(HttpToolsProtocol):
         return cycle is None or cycle.response_complete or cycle.more_body
 
     def _watch_request(self) -> None:
+        idle = self._receiving() and self._in_head and not self._head_bytes
+        self.guard.idle.mark(self, idle=idle and not self.transport.is_closing())
         if not self._receiving() or self.transport.is_closing():
             self._cancel_deadline()
         elif self._deadline is None:

@@ -25,7 +25,7 @@ import uvicorn
 from exporter.errors import ExporterError
 from exporter.web.app import WebApp, WebRoutes
 from exporter.web.config import ReloadingSSLContext, WebConfig, WebConfigWatch, load_web_config
-from exporter.web.protocol import Guard, guarded_protocol
+from exporter.web.protocol import Guard, IdleConnections, guarded_protocol
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,10 @@ BACKLOG: Final = 1024
 # connections cost 250 MiB that glibc then keeps. One TLS record (16 KiB) is enough here.
 TLS_READ_BUFFER: Final = 16 * 1024
 _WANTED_OPEN_FILES: Final = 8192
+#: Descriptors kept for the sources (/proc files, logs, NVML's pipes, sqlite, probes).
+_RESERVED_FILES: Final = 256
+_MIN_CONNECTIONS: Final = 16
+_REPORT_EVERY_SECONDS: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +111,9 @@ class WebServer:
             # A class attribute read per connection; nothing else in the daemon speaks TLS
             # through asyncio, so shrinking it process-wide costs no one anything.
             asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
-        self._sock = _CappedListener.adopt(_listen(self._address), self._limits.max_connections)
+        self._guard = Guard(self._limits.request_seconds, self._watch)
+        cap = _connection_cap(self._limits.max_connections)
+        self._sock = _CappedListener.adopt(_listen(self._address), cap, self._guard.idle)
         self._app = WebApp(self._routes, self._watch, self._limits.handler_seconds)
         self._server = _Server(self._uvicorn_config(self._app))
         self._thread = threading.Thread(target=self._serve, name="web-server", daemon=True)
@@ -136,10 +142,9 @@ class WebServer:
 
     def _uvicorn_config(self, app: WebApp) -> uvicorn.Config:
         ssl_context = self._ssl
-        guard = Guard(self._limits.request_seconds, self._watch)
         config = uvicorn.Config(
             app,
-            http=guarded_protocol(guard),
+            http=guarded_protocol(self._guard),
             ws="none",
             lifespan="off",
             interface="asgi3",
@@ -219,12 +224,41 @@ class _EventLoop(asyncio.SelectorEventLoop):
     def __init__(self, handshake_seconds: float) -> None:
         super().__init__()
         self._handshake_seconds = handshake_seconds
+        self.set_exception_handler(_RateLimitedReports().report)
 
     async def create_server(self, *args: Any, **kwargs: Any) -> asyncio.Server:
         """Create a server as usual, with the handshake deadline when TLS is on."""
         if kwargs.get("ssl") is not None:
             kwargs.setdefault("ssl_handshake_timeout", self._handshake_seconds)
         return await super().create_server(*args, **kwargs)
+
+
+class _RateLimitedReports:
+    """asyncio's error reports, at most one line per kind every ``_REPORT_EVERY_SECONDS``.
+
+    Out of descriptors, asyncio reports a failed accept on every loop turn: tens of
+    thousands of tracebacks a second that would fill the journal and starve the loop.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def report(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """The loop's exception handler: count every report, log the first of each window."""
+        kind = str(context.get("message", "asyncio error"))
+        now = time.monotonic()
+        at, missed = self._last.get(kind, (-_REPORT_EVERY_SECONDS, 0))
+        if now - at < _REPORT_EVERY_SECONDS:
+            self._last[kind] = (at, missed + 1)
+            return
+        self._last[kind] = (now, 0)
+        exc = context.get("exception")
+        log.error(
+            "event loop error message=%r error=%s suppressed_since_last=%d",
+            kind,
+            type(exc).__name__ if exc is not None else "-",
+            missed,
+        )
 
 
 def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -271,20 +305,22 @@ class _CappedListener(socket.socket):
     _limit: int
     _open: list[weakref.ref[socket.socket]]
     _shedding: bool
+    _idle: IdleConnections
 
     @classmethod
-    def adopt(cls, sock: socket.socket, limit: int) -> _CappedListener:
+    def adopt(cls, sock: socket.socket, limit: int, idle: IdleConnections) -> _CappedListener:
         """Take over a bound, listening socket."""
         capped = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
         capped._limit, capped._open, capped._shedding = limit, [], False
+        capped._idle = idle
         return capped
 
     def accept(self) -> tuple[socket.socket, object]:
-        """Accept one connection, or close it and report none when at the cap."""
+        """Accept one connection; at the cap, close the longest-idle one for it, or this one."""
         conn, address = super().accept()
         if len(self._open) >= self._limit:
             self._open = [r for r in self._open if (s := r()) is not None and s.fileno() != -1]
-        if len(self._open) >= self._limit:
+        if len(self._open) >= self._limit and not self._idle.close_oldest():
             if not self._shedding:  # logged before the close a client could observe
                 log.warning(
                     "connection limit reached, closing new connections limit=%d", self._limit
@@ -301,6 +337,25 @@ class _CappedListener(socket.socket):
         # it 0; without it the body waits for the header's delayed ACK (40 ms per response).
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn, address
+
+
+def _connection_cap(wanted: int) -> int:
+    """The connection cap, kept under the open files limit with a reserve for the sources.
+
+    Past the limit accept() fails with EMFILE (asyncio logs it on every loop turn) and the
+    sources fail for want of descriptors: the cap must bite first.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    cap = max(_MIN_CONNECTIONS, min(wanted, soft - _RESERVED_FILES))
+    if cap < wanted:
+        log.warning(
+            "connection cap lowered to fit the open files limit cap=%d open_files_limit=%d",
+            cap,
+            soft,
+        )
+    return cap
 
 
 def _raise_open_files_limit() -> None:

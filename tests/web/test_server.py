@@ -18,6 +18,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -892,3 +893,29 @@ def test_a_check_queued_too_long_is_busy_not_unauthorized(tmp_path):
     assert 503 in statuses and statuses <= {401, 503}
     busy = next(r for r in codes if r.status_code == 503)
     assert busy.headers["retry-after"] == "1"
+
+
+@pytest.mark.integration
+def test_idle_connections_beyond_the_cap_do_not_lock_out_a_scrape():
+    # More silent connections than the cap: the longest idle is closed for each newcomer.
+    limits = dataclasses.replace(FAST, max_connections=64, request_seconds=30.0)
+    with serving(limits=limits) as server:
+        idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(100)]
+        try:
+            time.sleep(0.2)
+            replies = [http_get(server) for _ in range(5)]
+        finally:
+            for sock in idle:
+                sock.close()
+    assert [r.status_code for r in replies] == [200] * 5
+
+
+def test_the_connection_cap_stays_under_a_low_open_files_limit():
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400));"
+        "from exporter.web.transport import _connection_cap; print(_connection_cap(1024))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert int(done.stdout) == 400 - 256  # descriptors kept for the sources
