@@ -27,6 +27,7 @@ from exporter.core.lifecycle import (
     learned_stall_seconds,
     resume,
     saved_start,
+    shifted,
 )
 from exporter.core.model import (
     STARTUP_PHASES,
@@ -117,7 +118,8 @@ class AnchoredClock:
     step never stretches or reverses the loop's timers. When wall minus monotonic moves by
     more than ``step_seconds`` (an NTP step after boot, a manual ``date -s``), the anchor moves
     to the new wall clock at once, so exported timestamps (``last_tick_timestamp_seconds``,
-    ``/status``) are right again instead of off for the life of the process.
+    ``/status``) are right again instead of off for the life of the process. The daemon then
+    moves every kept timestamp by the same step (``stepped_seconds``), so no duration jumps.
     """
 
     def __init__(
@@ -128,7 +130,7 @@ class AnchoredClock:
         step_seconds: float = CLOCK_STEP_SECONDS,
     ) -> None:
         self._wall, self._mono, self._step_seconds = wall, mono, step_seconds
-        self._offset = wall() - mono()
+        self._offset = self._first_offset = wall() - mono()
         #: How many steps were seen, and the last one's size in seconds (+ forward).
         self.steps = 0
         self.last_step_seconds = 0.0
@@ -147,6 +149,11 @@ class AnchoredClock:
                 self.steps,
             )
         return self._offset + mono
+
+    @property
+    def stepped_seconds(self) -> float:
+        """How far the wall clock stepped in all since this clock was made (+ forward)."""
+        return self._offset - self._first_offset
 
 
 def anchored_clock(
@@ -191,7 +198,7 @@ class Daemon:
         self,
         settings: Settings,
         *,
-        clock: Callable[[], float] | None = None,
+        clock: AnchoredClock | None = None,
         history: History | None = None,
         notifier: Notifier | None = None,
         gpu_env: Mapping[str, str] | None = None,
@@ -224,6 +231,8 @@ class Daemon:
         #: Source calls still running at ``close()`` (they hold threads Python cannot stop).
         self.stuck_sources = 0
         self._overruns = _OverrunLog()
+        #: How much of the clock's steps the kept timestamps have been moved by.
+        self._followed_step = 0.0
 
     def _watch(self, target: Target) -> _Watched:
         saved = self.history.saved_start(target.name)
@@ -271,10 +280,12 @@ class Daemon:
         results = self._runner.run(first, deadline) + self._runner.run(rest, deadline)
         by_source = {id(c.source): r for c, r in zip(calls, results, strict=True)}
         statuses = [r.status for r in results]
+        now = self._clock()
+        self._follow_clock_step()
         host = host_readings({s.name: by_source[id(s)].value for s in self._host_sources})
         gpu = self._gpu_readings(by_source)
         readings = [
-            _target_readings(w, by_source, done)
+            _target_readings(w, by_source, done, self._followed_step)
             for w, done in zip(self._watched, completions, strict=True)
         ]
         attribution = attribute_gpu_memory(
@@ -285,7 +296,6 @@ class Daemon:
                 if r.process is not None
             },
         )
-        now = self._clock()
         targets = []
         for w, r in zip(self._watched, readings, strict=True):
             seen = observe(
@@ -318,6 +328,16 @@ class Daemon:
         self.latest = snap  # one reference swap: scrapes see the old or the new, never half
         self._ticks += 1
         return snap
+
+    def _follow_clock_step(self) -> None:
+        """Move every kept timestamp by a wall-clock step the clock just re-anchored on."""
+        step = self._clock.stepped_seconds - self._followed_step
+        if not step:
+            return
+        self._followed_step += step
+        for w in self._watched:
+            w.world.state = shifted(w.world.state, step)
+            w.next_completion_at += step
 
     def _tick_host_sources(self) -> list[Source[object]]:
         return [*self._host_sources, self._gpu] if self._gpu is not None else self._host_sources
@@ -550,13 +570,23 @@ def _with_log_backlog(
 
 
 def _target_readings(
-    w: _Watched, by_source: Mapping[int, SourceResult[object]], completion: ProbeResult | None
+    w: _Watched,
+    by_source: Mapping[int, SourceResult[object]],
+    completion: ProbeResult | None,
+    clock_step: float,
 ) -> TargetReadings:
-    """One target's results of this tick as its typed readings."""
+    """One target's results of this tick as its typed readings.
+
+    Process start times count from the boot time read when the exporter started; moved by
+    the wall-clock steps since, they are on the daemon's clock like every other timestamp.
+    """
     process = by_source[id(w.process)]
     logs = _as(by_source[id(w.logs)].value, LogReading) if w.logs is not None else None
+    sample = _as(process.value, ProcessSample)
+    if sample is not None and clock_step:
+        sample = replace(sample, create_time=sample.create_time + clock_step)
     return TargetReadings(
-        process=_as(process.value, ProcessSample),
+        process=sample,
         process_error=None if process.status.up else process.status.error,
         logs=logs or LogReading(),
         health=_as(by_source[id(w.prober)].value, ProbeResult),

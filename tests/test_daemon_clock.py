@@ -6,12 +6,22 @@ changing the machine's clock (which would disturb every other process here).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
+import subprocess
+import sys
 import time
+import typing
+import uuid
+from collections.abc import Iterator
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.config import Settings, Target
+from exporter.core.lifecycle import TIMESTAMP_FIELDS, TargetState, shifted
+from exporter.core.model import Phase
 from exporter.daemon import AnchoredClock, Daemon
 from exporter.history import History
 from exporter.render.metrics import SnapshotCollector
@@ -109,3 +119,82 @@ def test_ticks_that_overrun_the_interval_are_counted_and_logged_once_a_minute(tm
         assert "interval_s=0.2" in warnings[0].getMessage()
     finally:
         daemon.close()
+
+
+@pytest.fixture
+def sleeper() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A real process to watch, found by a marker on its command line."""
+    marker = f"clock-step-{uuid.uuid4().hex[:12]}"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", marker])
+    try:
+        yield marker, child
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.parametrize("step", [3600.0, -3600.0])
+def test_a_wall_clock_step_mid_start_moves_timestamps_but_no_duration(tmp_path, sleeper, step):
+    marker, child = sleeper
+    c = FakeClocks()
+    c.wall = time.time()  # the process's start time is read from the real kernel clock
+    target = Target(
+        "engine", "openai", f"http://127.0.0.1:{closed_port()}", "/health", 0.1, cmdline=marker
+    )
+    daemon = Daemon(
+        Settings(
+            interval_seconds=1.0, state_directory=str(tmp_path), nvml=False, targets=(target,)
+        ),
+        clock=AnchoredClock(lambda: c.wall, lambda: c.mono),
+        history=History.open(None),
+    )
+    try:
+        before = daemon.tick().targets[0].state
+        assert before.pid == child.pid and before.phase not in (Phase.DOWN, Phase.FAILED)
+        c.advance(2.0, wall_jitter=step)
+        after = daemon.tick().targets[0].state
+        assert after.pid == child.pid and after.counters.restarts == 0  # the same engine run
+        assert after.create_time == pytest.approx(before.create_time + step)
+        assert after.phase_since == pytest.approx(before.phase_since + step)
+        assert not after.stalled  # an hour "without progress" that never happened
+        assert after.seconds_since_progress == pytest.approx(before.seconds_since_progress + 2)
+        assert daemon.latest is not None and daemon.latest.taken_at == c.wall
+    finally:
+        daemon.close()
+
+
+def _time_fields(cls: type, seen: set[type]) -> Iterator[tuple[str, str]]:
+    """(class.field, type) for every float field of ``cls`` and the dataclasses it holds."""
+    if cls in seen or not dataclasses.is_dataclass(cls):
+        return
+    seen.add(cls)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if "float" in str(hint):
+            yield f"{cls.__name__}.{f.name}", str(hint)
+        for arg in _leaves(hint):
+            yield from _time_fields(arg, seen)
+
+
+def _leaves(hint: object) -> Iterator[type]:
+    args = typing.get_args(hint)
+    if not args and isinstance(hint, type):
+        yield hint
+    for arg in args:
+        yield from _leaves(arg)
+
+
+def test_every_timestamp_field_of_the_state_is_one_the_clock_step_moves():
+    """A new ``*_at`` field that ``shifted`` did not know would jump at the next step."""
+    durations = re.compile(r"(_seconds|_ratio|_sum|^\w+\.longest_quiet)$")
+    unknown = [
+        name
+        for name, _ in _time_fields(TargetState, set())
+        if name.split(".")[1] not in TIMESTAMP_FIELDS and not durations.search(name)
+    ]
+    assert unknown == [], "name them in TIMESTAMP_FIELDS or as a duration (_seconds)"
+    moved = shifted(
+        TargetState("t", phase_since=10.0, create_time=5.0, last_progress_at=9.0), 100.0
+    )
+    assert (moved.phase_since, moved.create_time, moved.last_progress_at) == (110, 105, 109)

@@ -310,6 +310,55 @@ def resume(saved: SavedStart) -> TargetState:
 _SAVED_FIELDS: Final = tuple(f.name for f in fields(SavedStart))
 
 
+#: The field names that hold Unix epoch seconds anywhere in a state (and in what it holds:
+#: transitions, notable lines, probe results, finished starts). Every other number is a
+#: duration, a count or a ratio. Kept by naming convention, checked by the tests.
+TIMESTAMP_FIELDS: Final = frozenset(
+    {
+        "at",
+        "create_time",
+        "ended_at",
+        "gpu_changed_at",
+        "last_progress_at",
+        "phase_since",
+        "ready_at",
+        "started_at",
+        "updated_at",
+    }
+)
+
+
+def shifted(state: TargetState, seconds: float) -> TargetState:
+    """The state with every timestamp moved by ``seconds``, every duration unchanged.
+
+    For a step of the wall clock: the shell moves the core's clock with the wall and the
+    state with it, so exported timestamps are right again while elapsed times, ETAs and
+    time since progress go on as if nothing happened (no false stall after a step forward).
+    """
+    return _shift(state, seconds)
+
+
+S = TypeVar("S")
+
+
+def _shift(value: S, seconds: float) -> S:
+    if isinstance(value, tuple):
+        items = tuple(_shift(v, seconds) for v in value)
+        return value if items == value else type(value)(items)
+    if not hasattr(value, "__dataclass_fields__") or isinstance(value, type):
+        return value
+    changes: dict[str, object] = {}
+    for f in fields(value):  # type: ignore[arg-type]
+        old = getattr(value, f.name)
+        if f.name in TIMESTAMP_FIELDS and isinstance(old, float | int):
+            changes[f.name] = old + seconds
+        elif isinstance(old, tuple) or hasattr(old, "__dataclass_fields__"):
+            new = _shift(old, seconds)
+            if new is not old:
+                changes[f.name] = new
+    return replace(value, **changes) if changes else value  # type: ignore[type-var]
+
+
 # --- evidence -------------------------------------------------------------------------------
 
 
@@ -610,7 +659,7 @@ def _finish_start(
 
 def _new_instance(prev: TargetState, obs: Observation) -> bool:
     p = obs.process
-    return p is not None and (prev.pid, prev.create_time) != (p.pid, p.create_time)
+    return p is not None and not p.is_instance(prev.pid, prev.create_time)
 
 
 def _begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetState:

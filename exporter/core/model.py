@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Final
 
 
 class Phase(enum.StrEnum):
@@ -72,6 +73,10 @@ class FailureReason(enum.StrEnum):
     TIMEOUT = "timeout"
 
 
+#: Start times of one pid this close are one process (see ``ProcessSample.is_instance``).
+SAME_START_SECONDS: Final = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessSample:
     """The server's process tree at one instant (main process plus all descendants).
@@ -101,6 +106,20 @@ class ProcessSample:
     def process_count(self) -> int:
         """Number of processes in the tree."""
         return len(self.pids)
+
+    def is_instance(self, pid: int | None, create_time: float | None) -> bool:
+        """This sample is of the process known as ``pid`` started at ``create_time``.
+
+        The start times may differ by up to ``SAME_START_SECONDS``: the kernel's boot time
+        behind them is whole seconds and moves with NTP, so an exporter restarted days later
+        reads the same process's start a second off. A reused pid is a new process only far
+        apart in time (the pid space wraps first).
+        """
+        return (
+            pid == self.pid
+            and create_time is not None
+            and abs(create_time - self.create_time) <= SAME_START_SECONDS
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,7 +194,7 @@ def _mark_repeat(world: TargetWorld, event: LogEvent) -> LogEvent:
 def _new_process(state: TargetState, process: ProcessSample | None) -> bool:
     if process is None or state.pid is None:
         return False
-    return (process.pid, process.create_time) != (state.pid, state.create_time)
+    return not process.is_instance(state.pid, state.create_time)
 
 
 def observe(

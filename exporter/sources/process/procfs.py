@@ -339,6 +339,24 @@ def _clock_ticks() -> int:
     return os.sysconf("SC_CLK_TCK")
 
 
+def start_epoch(start_ticks: int) -> float:
+    """A process's start (``/proc/PID/stat`` field 22) as Unix epoch seconds.
+
+    Counted from the boot time as read once, when the exporter started: the kernel's boot
+    time moves when the wall clock is stepped, and a start time that moved with it would
+    look like a restarted engine. The daemon moves these by the steps its clock saw.
+    """
+    return _boot_epoch() + start_ticks / _clock_ticks()
+
+
+@functools.cache
+def _boot_epoch() -> float:
+    for line in read_all(f"{PROC}/stat").splitlines():
+        if line.startswith(b"btime "):
+            return float(line.split()[1])
+    raise SourceError(ProcessError.UNSUPPORTED, f"{PROC}/stat has no btime line")
+
+
 @functools.cache
 def _page_size() -> int:
     return os.sysconf("SC_PAGE_SIZE")

@@ -13,7 +13,14 @@ from typing import Final
 
 import psutil
 
-from exporter.sources.process.procfs import PROC, Member, Reading, parent_of, read_all
+from exporter.sources.process.procfs import (
+    PROC,
+    Member,
+    Reading,
+    parent_of,
+    read_all,
+    start_epoch,
+)
 
 # New pids checked one by one up to this many (or the tree's size); past it, children files.
 _MIN_PID_RANGE: Final = 256
@@ -40,13 +47,10 @@ class Tree:
     @classmethod
     def adopt(cls, main: psutil.Process) -> Tree | None:
         """A new tree rooted at ``main``, or None when it ended before it could be read."""
-        try:
-            tree = cls(main, main.create_time())
-        except psutil.NoSuchProcess:
-            return None
         member = Member.open(main.pid)
         if member is None:
             return None
+        tree = cls(main, start_epoch(member.start))
         tree.members[main.pid] = member
         return tree
 
