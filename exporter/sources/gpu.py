@@ -8,7 +8,6 @@ GPU memory to targets (``exporter.core.observe.attribute_gpu_memory``) needs no 
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import os
 import select
@@ -18,15 +17,22 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Final, NoReturn, cast
 
 from exporter.core.model import GpuProcess, GpuReading, GpuSample
 from exporter.errors import SourceError
 from exporter.sources import Scope
+from exporter.sources.nvml_protocol import (
+    REQUEST,
+    GpuRecord,
+    Hello,
+    ProcessRecord,
+    Reply,
+    decode_object,
+)
 
 log = logging.getLogger(__name__)
 
-_REQUEST: Final = b"sample\n"  # exporter.sources.nvml_worker.REQUEST; that module imports pynvml
 _PID_MAX_LIMIT: Final = 4_194_304  # the kernel's ceiling, when pid_max cannot be read
 _KIB: Final = 1024  # NVML reports PCIe throughput in KB/s, meaning KiB/s as nvitop reads it
 
@@ -159,15 +165,15 @@ def _child_env(library_dir: str | None, extra: Mapping[str, str]) -> dict[str, s
     return env
 
 
-def _optional_int(value: Any) -> int | None:
+def _optional_int(value: int | None) -> int | None:
     return None if value is None else int(value)
 
 
-def _ratio(percent: Any) -> float | None:
+def _ratio(percent: int | None) -> float | None:
     return None if percent is None else int(percent) / 100.0
 
 
-def _gpu_sample(raw: Mapping[str, Any]) -> GpuSample:
+def _gpu_sample(raw: GpuRecord) -> GpuSample:
     """Convert one GPU of a child's reply; unsupported fields stay None."""
     rx_kb = raw.get("pcie_rx_kb")
     error = raw.get("error")
@@ -274,12 +280,12 @@ class GpuSource:
                 raise SourceError(NvmlReason.STARTING, "first answer of a new NVML child pending")
             self._fail(NvmlReason.TIMEOUT, f"no answer within {self._call_timeout:g}s")
         self._in_flight = False
-        return self._accept(self._decode(line))
+        return self._accept(cast(Reply, self._decode(line)))
 
     def _request(self, worker: _Worker) -> None:
         """Send a request unless one is already in flight."""
         if not self._in_flight:
-            worker.send(_REQUEST)
+            worker.send(REQUEST)
             self._in_flight = True
 
     def close(self) -> None:
@@ -334,7 +340,7 @@ class GpuSource:
             if self._clock() >= init_deadline:
                 self._fail(NvmlReason.TIMEOUT, f"NVML init took over {self._init_timeout:g}s")
             raise SourceError(NvmlReason.STARTING, "NVML child still initialising")
-        hello = self._decode(line)
+        hello = cast(Hello, self._decode(line))
         if not hello.get("ok"):
             code = hello.get("code")
             reason = (
@@ -346,16 +352,18 @@ class GpuSource:
         self._ready = True
         self._log_binding(hello)
 
-    def _decode(self, line: bytes) -> dict[str, Any]:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            message = None
-        if not isinstance(message, dict):
+    def _decode(self, line: bytes) -> dict[str, object]:
+        """A line from the child as an object, or a protocol failure.
+
+        The caller reads it as ``Hello`` or ``Reply`` and converts field by field, so a
+        malformed message fails the source as a protocol error, never as a wrong number.
+        """
+        message = decode_object(line)
+        if message is None:
             self._fail(NvmlReason.PROTOCOL, "unreadable reply from the NVML child")
         return message
 
-    def _accept(self, reply: Mapping[str, Any]) -> GpuReading:
+    def _accept(self, reply: Reply) -> GpuReading:
         """Turn a reply into a reading; a failed device listing fails the source."""
         code = reply.get("code")
         if code is not None:
@@ -376,7 +384,7 @@ class GpuSource:
         return self.last_reading
 
     def _checked_processes(
-        self, raw: list[list[Any]], gpus: tuple[GpuSample, ...]
+        self, raw: list[ProcessRecord], gpus: tuple[GpuSample, ...]
     ) -> tuple[GpuProcess, ...]:
         """Drop records no kernel or GPU could produce (binding/driver struct mismatch)."""
         totals = {gpu.index: gpu.memory_total_bytes for gpu in gpus}
@@ -424,7 +432,7 @@ class GpuSource:
             self._warned.add(key)
             log.warning(message, *args)
 
-    def _log_binding(self, hello: Mapping[str, Any]) -> None:
+    def _log_binding(self, hello: Hello) -> None:
         if self._described or "binding_path" not in hello:
             return
         self._described = True

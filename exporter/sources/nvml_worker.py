@@ -7,16 +7,15 @@ takes down only this process. No policy: the parent classifies, checks, logs and
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, BinaryIO, Final
+from typing import BinaryIO, Final, TypeVar
 
-#: The parent's request; anything else on stdin is ignored. EOF ends the child.
-REQUEST: Final = b"sample\n"
+from exporter.sources.nvml_protocol import REQUEST, GpuRecord, Hello, ProcessRecord, Reply, encode
 
 # NVML return codes used here (nvml.h); the binding's NVMLError carries them as ``.value``.
 _NO_PERMISSION: Final = 4
@@ -46,9 +45,13 @@ class _DeviceDown(Exception):
         self.error = error
 
 
+#: What an NVML call returns: the binding is untyped, so whatever the caller reads off it.
+R = TypeVar("R")
+
+
 @dataclass(slots=True)
 class _Device:
-    handle: Any
+    handle: object  # the binding's opaque device pointer
     uuid: str
     name: str
 
@@ -65,7 +68,7 @@ class Sampler:
     devices: dict[int, _Device] = field(default_factory=dict)
     identities: dict[int, tuple[str, str]] = field(default_factory=dict)
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> Reply:
         """One reply: every GPU, every compute process, or the code that stopped the listing."""
         try:
             count = int(self.nvml.nvmlDeviceGetCount())
@@ -75,23 +78,23 @@ class Sampler:
             self.count = count
             self.devices.clear()
             self.identities.clear()
-        gpus: list[dict[str, Any]] = []
-        procs: list[list[int | None]] = []
+        gpus: list[GpuRecord] = []
+        procs: list[ProcessRecord] = []
         for index in range(count):
             gpus.append(self._sample_gpu(index, procs))
         return {"gpus": gpus, "procs": procs, "process_api": self.process_api}
 
-    def _sample_gpu(self, index: int, procs: list[list[int | None]]) -> dict[str, Any]:
+    def _sample_gpu(self, index: int, procs: list[ProcessRecord]) -> GpuRecord:
         try:
             device = self._device(index)
-            gpu = {"index": index, "uuid": device.uuid, "name": device.name, "up": True}
-            gpu.update(self._memory(device.handle))
-            gpu.update(self._utilization(device.handle))
+            gpu: GpuRecord = {"index": index, "uuid": device.uuid, "name": device.name, "up": True}
+            self._memory(device.handle, gpu)
+            self._utilization(device.handle, gpu)
             if self.pcie:
                 gpu["pcie_rx_kb"] = self._field(
                     self.nvml.nvmlDeviceGetPcieThroughput, device.handle, _PCIE_UTIL_RX_BYTES
                 )
-            procs.extend([index, pid, used] for pid, used in self._processes(device.handle))
+            procs.extend((index, pid, used) for pid, used in self._processes(device.handle))
         except _DeviceDown as down:
             return self._down(index, down.error)
         except self.nvml.NVMLError as exc:
@@ -101,7 +104,7 @@ class Sampler:
             )
         return gpu
 
-    def _down(self, index: int, error: str) -> dict[str, Any]:
+    def _down(self, index: int, error: str) -> GpuRecord:
         self.devices.pop(index, None)
         uuid, name = self.identities.get(index, ("", ""))
         return {"index": index, "uuid": uuid, "name": name, "up": False, "error": error}
@@ -116,7 +119,7 @@ class Sampler:
             self.identities[index] = (uuid, name)
         return device
 
-    def _call(self, function: Any, *args: Any) -> Any:
+    def _call(self, function: Callable[..., R], *args: object) -> R:
         """Call the binding; turn lost-GPU codes into ``_DeviceDown``, re-raise the rest."""
         try:
             return function(*args)
@@ -125,38 +128,36 @@ class Sampler:
                 raise _DeviceDown(_DEVICE_DOWN[exc.value]) from exc
             raise
 
-    def _field(self, function: Any, *args: Any) -> Any:
+    def _field(self, function: Callable[..., R], *args: object) -> R | None:
         """A value a GPU may not support: None instead of an error, never a fake 0."""
         try:
             return self._call(function, *args)
         except self.nvml.NVMLError:
             return None
 
-    def _memory(self, handle: Any) -> dict[str, int | None]:
+    def _memory(self, handle: object, gpu: GpuRecord) -> None:
         if self.memory_v2:
             try:
                 info = self._call(
                     self.nvml.nvmlDeviceGetMemoryInfo, handle, self.nvml.nvmlMemory_v2
                 )
-                return {
-                    "used": int(info.used),
-                    "total": int(info.total),
-                    "reserved": int(info.reserved),
-                }
+                gpu["used"], gpu["total"] = int(info.used), int(info.total)
+                gpu["reserved"] = int(info.reserved)
+                return
             except self.nvml.NVMLError as exc:
                 # Drivers before R510 lack _v2 or reject its version: use v1 from now on.
                 if exc.value in (_FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH):
                     self.memory_v2 = False
         info = self._field(self.nvml.nvmlDeviceGetMemoryInfo, handle)
-        if info is None:
-            return {}
-        return {"used": int(info.used), "total": int(info.total)}
+        if info is not None:
+            gpu["used"], gpu["total"] = int(info.used), int(info.total)
 
-    def _utilization(self, handle: Any) -> dict[str, int]:
+    def _utilization(self, handle: object, gpu: GpuRecord) -> None:
         rates = self._field(self.nvml.nvmlDeviceGetUtilizationRates, handle)
-        return {} if rates is None else {"util": int(rates.gpu), "mem_util": int(rates.memory)}
+        if rates is not None:
+            gpu["util"], gpu["mem_util"] = int(rates.gpu), int(rates.memory)
 
-    def _processes(self, handle: Any) -> list[tuple[int, int | None]]:
+    def _processes(self, handle: object) -> list[tuple[int, int | None]]:
         if self.process_api == "none":
             return []
         for api in _PROCESS_APIS[_PROCESS_APIS.index(self.process_api or "v3") :]:
@@ -171,12 +172,15 @@ class Sampler:
         self.process_api = "none"
         return []
 
-    def _process_function(self, api: str) -> Any:
+    def _process_function(self, api: str) -> Callable[[object], list[_ProcessInfoV1]]:
         if api == "v1":
             return self._processes_v1
-        return getattr(self.nvml, f"nvmlDeviceGetComputeRunningProcesses_{api}")
+        function: Callable[[object], list[_ProcessInfoV1]] = getattr(
+            self.nvml, f"nvmlDeviceGetComputeRunningProcesses_{api}"
+        )
+        return function
 
-    def _processes_v1(self, handle: Any) -> list[_ProcessInfoV1]:
+    def _processes_v1(self, handle: object) -> list[_ProcessInfoV1]:
         # nvidia-ml-py 12.535+ maps the unversioned name to _v3, so call the C symbol directly.
         function = self.nvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
         count = ctypes.c_uint(0)
@@ -195,7 +199,7 @@ def _memory_or_none(value: int | None) -> int | None:
     return None if value is None or value == _NOT_AVAILABLE else int(value)
 
 
-def _describe_binding(nvml: ModuleType) -> dict[str, Any]:
+def _describe_binding(nvml: ModuleType, hello: Hello) -> None:
     """Which binding file got imported, and which wheels claim it (both may be installed)."""
     from importlib import metadata
 
@@ -205,10 +209,11 @@ def _describe_binding(nvml: ModuleType) -> dict[str, Any]:
             wheels[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-    return {"binding_path": str(getattr(nvml, "__file__", "")), "binding_wheels": wheels}
+    hello["binding_path"] = str(getattr(nvml, "__file__", ""))
+    hello["binding_wheels"] = wheels
 
 
-def _hello(describe: bool) -> tuple[dict[str, Any], Sampler | None]:
+def _hello(describe: bool) -> tuple[Hello, Sampler | None]:
     try:
         import pynvml
     except ImportError as exc:
@@ -218,9 +223,9 @@ def _hello(describe: bool) -> tuple[dict[str, Any], Sampler | None]:
         driver = str(pynvml.nvmlSystemGetDriverVersion())
     except pynvml.NVMLError as exc:
         return {"ok": False, "code": int(exc.value), "message": str(exc)}, None
-    hello: dict[str, Any] = {"ok": True, "driver": driver}
+    hello: Hello = {"ok": True, "driver": driver}
     if describe:
-        hello.update(_describe_binding(pynvml))
+        _describe_binding(pynvml, hello)
     return hello, Sampler(pynvml, pcie="--no-pcie" not in sys.argv)
 
 
@@ -231,8 +236,8 @@ def _protocol_stream() -> BinaryIO:
     return replies
 
 
-def _send(stream: BinaryIO, message: dict[str, Any]) -> None:
-    stream.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+def _send(stream: BinaryIO, message: Hello | Reply) -> None:
+    stream.write(encode(message))
 
 
 def main() -> int:
