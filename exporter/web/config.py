@@ -478,10 +478,14 @@ def _signature(path: str | None) -> _FileSignature:
 
 
 class WebConfigWatch:
-    """The web config file, re-read whenever its size, mtime or inode changes.
+    """The web config file and its TLS files, re-read by ``refresh()`` when they change.
 
-    While the file on disk is invalid, ``current()`` raises and ``last_good`` keeps the last
-    valid version; both edges are logged once.
+    ``refresh()`` does the file I/O (a stat of the config file and of the certificate, key
+    and CA files; a re-read when one changed); the web server calls it once a second off the
+    event loop. ``current()`` and ``tls_files`` only read what the last refresh found, so no
+    request or handshake waits on the filesystem. While the file on disk is invalid,
+    ``current()`` raises and ``last_good`` keeps the last valid version; both edges are
+    logged once.
     """
 
     def __init__(self, path: str | None, initial: WebConfig) -> None:
@@ -490,30 +494,38 @@ class WebConfigWatch:
         self._good = initial
         self._error: ConfigError | None = None
         self._lock = threading.Lock()
+        self._tls_files = _tls_signature(initial.tls)
 
     @property
     def last_good(self) -> WebConfig:
         """The last valid config, whatever the file holds now."""
         return self._good
 
+    @property
+    def tls_files(self) -> tuple[_FileSignature, ...]:
+        """The certificate, key and CA files as the last refresh saw them (size, mtime, inode)."""
+        return self._tls_files
+
     def current(self) -> WebConfig:
-        """The config as the file holds it now.
+        """The config as the file held it at the last refresh.
 
         Raises:
             ConfigError: the file is now invalid (the server answers 500 until it is fixed).
         """
-        if self._path is not None:
-            signature = _signature(self._path)
-            if signature != self._signature:
-                with self._lock:
-                    self._reload(self._path, signature)
         if self._error is not None:
             raise self._error
         return self._good
 
+    def refresh(self) -> None:
+        """Look at the files again; reload the config when its file changed."""
+        with self._lock:
+            if self._path is not None:
+                signature = _signature(self._path)
+                if signature != self._signature:
+                    self._reload(self._path, signature)
+            self._tls_files = _tls_signature(self._good.tls)
+
     def _reload(self, path: str, signature: _FileSignature) -> None:
-        if signature == self._signature:
-            return
         self._signature = signature
         try:
             config = load_web_config(path)
@@ -531,12 +543,19 @@ class WebConfigWatch:
         self._good, self._error = config, None
 
 
+def _tls_signature(tls: TlsSettings | None) -> tuple[_FileSignature, ...]:
+    if tls is None:
+        return ()
+    return tuple(_signature(f) for f in (tls.cert_file, tls.key_file, tls.client_ca_file))
+
+
 class ReloadingSSLContext(ssl.SSLContext):
     """A server SSLContext that hands every new connection the latest TLS settings.
 
     asyncio wraps each accepted socket with ``wrap_bio``; this delegates to a context rebuilt
-    whenever the web config or its certificate, key or CA files change, so a rotated
-    certificate is presented on the next connection. Unlike an ``sni_callback`` swap this
+    whenever the web config or its certificate, key or CA files change (as the watch's last
+    refresh saw them, a second at most), so a rotated certificate is presented on the next
+    connection after that. Unlike an ``sni_callback`` swap this
     also applies new versions, ciphers and client CAs. A failed rebuild (say, a certificate
     written before its key) keeps the previous context and is logged once.
     """
@@ -550,7 +569,7 @@ class ReloadingSSLContext(ssl.SSLContext):
             raise ValueError("ReloadingSSLContext needs a web config with tls_server_config")
         self._watch = watch
         self._lock = threading.Lock()
-        self._key = _context_key(tls)
+        self._key: tuple[object, ...] = (tls, watch.tls_files)
         self._current = build_ssl_context(tls, watch.last_good.path)
 
     def latest(self) -> ssl.SSLContext:
@@ -561,7 +580,7 @@ class ReloadingSSLContext(ssl.SSLContext):
             config = self._watch.last_good
         if config.tls is None:
             return self._current
-        key = _context_key(config.tls)
+        key = (config.tls, self._watch.tls_files)
         if key != self._key:
             with self._lock:
                 self._rebuild(key, config.tls, config.path)
@@ -594,11 +613,6 @@ class ReloadingSSLContext(ssl.SSLContext):
             server_hostname=server_hostname,
             session=session,
         )
-
-
-def _context_key(tls: TlsSettings) -> tuple[object, ...]:
-    files = (tls.cert_file, tls.key_file, tls.client_ca_file)
-    return (tls, *(_signature(f) for f in files))
 
 
 def peer_allowed(peercert: Mapping[str, Any] | None, allowed_sans: tuple[str, ...]) -> bool:

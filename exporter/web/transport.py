@@ -17,6 +17,8 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -115,7 +117,7 @@ class WebServer:
         cap = _connection_cap(self._limits.max_connections)
         self._sock = _CappedListener.adopt(_listen(self._address), cap, self._guard.idle)
         self._app = WebApp(self._routes, self._watch, self._limits.handler_seconds)
-        self._server = _Server(self._uvicorn_config(self._app))
+        self._server = _Server(self._uvicorn_config(self._app), self._watch.refresh)
         self._thread = threading.Thread(target=self._serve, name="web-server", daemon=True)
         self._thread.start()
         self._wait_started()
@@ -189,29 +191,55 @@ class _Server(uvicorn.Server):
 
     uvicorn wakes every 100 ms to refresh its Date header and look at ``should_exit``: 2.7 ms
     of CPU a second on an idle exporter, a quarter of the sampling budget (docs/benchmark.md).
-    This loop wakes once a second for the Date header, and ``exit_now()`` wakes it at once.
+    This loop wakes once a second for the Date header and to have the web config files
+    looked at in a worker thread (a stat that hangs on a stuck mount then holds that thread,
+    never the loop; the next look waits for it), and ``exit_now()`` wakes it at once.
     """
 
     _loop: asyncio.AbstractEventLoop | None = None
     _wake: asyncio.Event | None = None
 
+    def __init__(self, config: uvicorn.Config, refresh_files: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._refresh_files = refresh_files
+        self._refreshing: asyncio.Future[None] | None = None
+        #: Its own thread, not the loop's default executor: closing the loop waits for that
+        #: one, and a look stuck on a dead mount must not hold up a stop.
+        self._files_pool = ThreadPoolExecutor(1, thread_name_prefix="web-files")
+
     async def main_loop(self) -> None:
-        """Refresh the Date header every second until told to exit."""
+        """Refresh the Date header and the web config every second until told to exit."""
         self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         counter = 0
         while not await self.on_tick(counter):
+            self._look_at_files(self._loop)
             counter = (counter + 10) % 864000  # on_tick does its per-second work on multiples of 10
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
                     await self._wake.wait()
 
+    def _look_at_files(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._refreshing is not None and not self._refreshing.done():
+            return
+        try:
+            self._refreshing = loop.run_in_executor(self._files_pool, self._refresh_files)
+        except RuntimeError:  # exit_now() shut the pool down meanwhile
+            return
+        self._refreshing.add_done_callback(_log_refresh_failure)
+
     def exit_now(self) -> None:
         """Ask the server to exit, from any thread."""
+        self._files_pool.shutdown(wait=False, cancel_futures=True)
         self.should_exit = True
         loop, wake = self._loop, self._wake
         if loop is not None and wake is not None:
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(wake.set)
+
+
+def _log_refresh_failure(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and (exc := done.exception()) is not None:
+        log.error("web config files could not be looked at error=%r", str(exc))
 
 
 class _EventLoop(asyncio.SelectorEventLoop):

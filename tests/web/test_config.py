@@ -360,7 +360,9 @@ def test_watch_reloads_reports_invalid_once_and_recovers(tmp_path, caplog):
 
     caplog.set_level(logging.INFO, logger="exporter.web.config")
     replace_file(path, "http_server_config:\n  headers:\n    X-Frame-Options: allow\n")
+    assert watch.current().headers == (("X-Frame-Options", "deny"),)  # until a refresh looks
     for _ in range(3):
+        watch.refresh()
         with pytest.raises(ConfigError, match="must be one of deny, sameorigin"):
             watch.current()
     assert watch.last_good.headers == (("X-Frame-Options", "deny"),)
@@ -369,13 +371,22 @@ def test_watch_reloads_reports_invalid_once_and_recovers(tmp_path, caplog):
     assert "X-Frame-Options" in errors[0].getMessage()
 
     replace_file(path, "http_server_config:\n  headers:\n    X-Frame-Options: sameorigin\n")
+    watch.refresh()
     assert watch.current().headers == (("X-Frame-Options", "sameorigin"),)
     assert "web config reloaded" in caplog.records[-1].getMessage()
+
+
+def test_a_request_reads_no_file_only_what_the_last_refresh_found(tmp_path):
+    path = write(tmp_path, "http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
+    watch = WebConfigWatch(path, load_web_config(path))
+    os.unlink(path)  # a stat now would find it gone and answer 500
+    assert watch.current().headers == (("X-Frame-Options", "deny"),)
 
 
 def test_watch_refuses_turning_tls_on_at_runtime(tmp_path):
     path = write(tmp_path, "")
     watch = WebConfigWatch(path, load_web_config(path))
     replace_file(path, CERTS)
+    watch.refresh()
     with pytest.raises(ConfigError, match="turning TLS on or off needs a restart"):
         watch.current()

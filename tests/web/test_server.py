@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,6 +218,22 @@ def client_context(pki: Pki, cert: Path | None = None, key: Path | None = None) 
 def https_get(server: WebServer, ctx: ssl.SSLContext, path: str = "/metrics") -> httpx.Response:
     with httpx.Client(verify=ctx, trust_env=False, timeout=5) as client:
         return client.get(f"https://127.0.0.1:{server.port}{path}")
+
+
+def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``check`` until it holds: the server looks at its config files once a second."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "the server did not pick up the changed files"
+        time.sleep(0.05)
+
+
+def refused(server: WebServer, ctx: ssl.SSLContext) -> bool:
+    try:
+        https_get(server, ctx)
+    except httpx.ConnectError:
+        return True
+    return False
 
 
 def presented_certificate(server: WebServer, pki: Pki) -> bytes:
@@ -442,12 +458,12 @@ def test_config_corrupted_at_runtime_answers_500_then_recovers(tmp_path, caplog)
         assert http_get(server, auth=("prometheus", "right")).status_code == 200
         caplog.set_level(logging.ERROR)
         write_config(tmp_path, "basic_auth_users:\n  prometheus: plaintext\n")
-        assert http_get(server, auth=("prometheus", "right")).status_code == 500
+        until(lambda: http_get(server, auth=("prometheus", "right")).status_code == 500)
         assert http_get(server, "/-/healthy").status_code == 500
         assert len(caplog.records) == 1
         assert "basic_auth_users.prometheus" in caplog.records[0].getMessage()
         write_config(tmp_path, users_config(b"new"))
-        assert http_get(server, auth=("prometheus", "new")).status_code == 200
+        until(lambda: http_get(server, auth=("prometheus", "new")).status_code == 200)
         assert http_get(server, auth=("prometheus", "right")).status_code == 401
 
 
@@ -756,7 +772,7 @@ def test_rotated_certificate_is_presented_on_the_next_connection(tmp_path, pki):
         for source, target in ((pki.rotated_key, "server.key"), (pki.rotated_cert, "server.crt")):
             shutil.copy(source, tmp_path / f"{target}.new")
             os.replace(tmp_path / f"{target}.new", tmp_path / target)
-        assert presented_certificate(server, pki) == der_of(pki.rotated_cert)
+        until(lambda: presented_certificate(server, pki) == der_of(pki.rotated_cert))
 
 
 def test_tls_settings_changed_at_runtime_apply_to_the_next_connection(tmp_path, pki):
@@ -767,8 +783,7 @@ def test_tls_settings_changed_at_runtime_apply_to_the_next_connection(tmp_path, 
         assert https_get(server, old).status_code == 200
         text = Path(config).read_text() + "  min_version: TLS13\n"
         write_config(tmp_path, text)
-        with pytest.raises(httpx.ConnectError):
-            https_get(server, old)
+        until(lambda: refused(server, old))
         assert https_get(server, client_context(pki)).status_code == 200
 
 
@@ -776,11 +791,16 @@ def test_half_rotated_certificate_keeps_the_old_one(tmp_path, pki, caplog):
     with serving(web_config=tls_config(tmp_path, pki)) as server:
         caplog.set_level(logging.ERROR, logger="exporter.web.config")
         shutil.copy(pki.rotated_cert, tmp_path / "server.crt")  # the key is not there yet
+        until(
+            lambda: (
+                presented_certificate(server, pki) == der_of(pki.server_cert)
+                and len(caplog.records) == 1
+            )
+        )
         assert presented_certificate(server, pki) == der_of(pki.server_cert)
-        assert presented_certificate(server, pki) == der_of(pki.server_cert)
-        assert len(caplog.records) == 1
+        assert len(caplog.records) == 1  # logged once, not per connection
         shutil.copy(pki.rotated_key, tmp_path / "server.key")
-        assert presented_certificate(server, pki) == der_of(pki.rotated_cert)
+        until(lambda: presented_certificate(server, pki) == der_of(pki.rotated_cert))
 
 
 def test_missing_certificate_fails_at_construction(tmp_path, pki):
