@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from exporter.core.lifecycle import ColdStart, SavedStart
 from exporter.core.model import STARTUP_PHASES, Phase
+from exporter.files import FileIdentity, file_identity
 
 log = logging.getLogger(__name__)
 #: After the store was lost (deleted, truncated, corrupt), ``source_up{source="history"}``
@@ -70,7 +71,7 @@ class History:
         #: Why the store is not keeping history now (sticky until fixed), or None.
         self.problem: str | None = None
         self._lost_at: float | None = None
-        self._identity = _identity(path)
+        self._identity = file_identity(path)
         self._kept: list[tuple[str, str, str, ColdStart]] = []
         self._progress: dict[str, SavedStart] = {}
 
@@ -152,7 +153,7 @@ class History:
         elif self.problem == "write_failed":
             self._write("PRAGMA user_version=" + str(SCHEMA_VERSION), ())
         else:
-            self._identity = _identity(self.path) or self._identity
+            self._identity = file_identity(self.path) or self._identity
         if self._lost_at is not None and now - self._lost_at >= LOSS_VISIBLE_SECONDS:
             self._lost_at, self.problem = None, None
         return self.problem
@@ -177,7 +178,7 @@ class History:
             log.error("history store cannot be recreated path=%s error=%s", path, exc)
             self._conn, self.path, self.in_memory = _connect(":memory:"), None, True
             self.problem = "in_memory"
-        self._identity = _identity(path)
+        self._identity = file_identity(path)
         kept, progress = list(self._kept), list(self._progress.values())
         for target, engine, model, cold in kept:
             self.record(target, engine, model, cold)
@@ -286,27 +287,16 @@ class History:
         self._conn.close()
 
 
-def _identity(path: str | None) -> tuple[int, int, int] | None:
-    """(device, inode, size) of the store's file; None when there is none."""
-    if path is None:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_size
-
-
-def _lost(path: str, known: tuple[int, int, int] | None) -> str | None:
+def _lost(path: str, known: FileIdentity | None) -> str | None:
     """How the file at ``path`` stopped being the one open: deleted, replaced, truncated."""
-    now = _identity(path)
+    now = file_identity(path)
     if known is None:
         return None
     if now is None:
         return "deleted"
-    if now[:2] != known[:2]:
+    if (now.device, now.inode) != (known.device, known.inode):
         return "replaced"
-    if now[2] < known[2]:
+    if now.size < known.size:
         return "truncated"
     return None
 

@@ -29,6 +29,7 @@ import yaml
 
 from exporter.config import parse_duration
 from exporter.errors import ConfigError
+from exporter.files import FileIdentity, file_identity
 
 log = logging.getLogger(__name__)
 
@@ -464,18 +465,6 @@ def _one_line(exc: BaseException) -> str:
 
 # --- reloading --------------------------------------------------------------------------------
 
-_FileSignature = tuple[int, int, int] | None
-
-
-def _signature(path: str | None) -> _FileSignature:
-    if path is None:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
-
 
 class WebConfigWatch:
     """The web config file and its TLS files, re-read by ``refresh()`` when they change.
@@ -490,11 +479,11 @@ class WebConfigWatch:
 
     def __init__(self, path: str | None, initial: WebConfig) -> None:
         self._path = path
-        self._signature = _signature(path)
+        self._signature = file_identity(path)
         self._good = initial
         self._error: ConfigError | None = None
         self._lock = threading.Lock()
-        self._tls_files = _tls_signature(initial.tls)
+        self._tls_files = _tls_identities(initial.tls)
 
     @property
     def last_good(self) -> WebConfig:
@@ -502,7 +491,7 @@ class WebConfigWatch:
         return self._good
 
     @property
-    def tls_files(self) -> tuple[_FileSignature, ...]:
+    def tls_files(self) -> tuple[FileIdentity | None, ...]:
         """The certificate, key and CA files as the last refresh saw them (size, mtime, inode)."""
         return self._tls_files
 
@@ -520,12 +509,12 @@ class WebConfigWatch:
         """Look at the files again; reload the config when its file changed."""
         with self._lock:
             if self._path is not None:
-                signature = _signature(self._path)
+                signature = file_identity(self._path)
                 if signature != self._signature:
                     self._reload(self._path, signature)
-            self._tls_files = _tls_signature(self._good.tls)
+            self._tls_files = _tls_identities(self._good.tls)
 
-    def _reload(self, path: str, signature: _FileSignature) -> None:
+    def _reload(self, path: str, signature: FileIdentity | None) -> None:
         self._signature = signature
         try:
             config = load_web_config(path)
@@ -543,10 +532,10 @@ class WebConfigWatch:
         self._good, self._error = config, None
 
 
-def _tls_signature(tls: TlsSettings | None) -> tuple[_FileSignature, ...]:
+def _tls_identities(tls: TlsSettings | None) -> tuple[FileIdentity | None, ...]:
     if tls is None:
         return ()
-    return tuple(_signature(f) for f in (tls.cert_file, tls.key_file, tls.client_ca_file))
+    return tuple(file_identity(f) for f in (tls.cert_file, tls.key_file, tls.client_ca_file))
 
 
 class ReloadingSSLContext(ssl.SSLContext):
