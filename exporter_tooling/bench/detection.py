@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from exporter.render.status_doc import TargetDoc
 from exporter_tooling.bench.context import BenchContext
 from exporter_tooling.bench.records import ReadyRun, ReadySection, StallRun, StallSection
-from exporter_tooling.bench.servers import Server, StatusTarget, exporter
+from exporter_tooling.bench.servers import Server, exporter
 from exporter_tooling.bench.waiting import BenchError, wait_for, wait_until
 from exporter_tooling.fakenvml import STATE_ENV
 from exporter_tooling.processes import free_port, stop_process
@@ -94,14 +95,12 @@ def _sim_target_toml(files: SimulatorFiles, port: int, stall: float | None = Non
     return text
 
 
-def _engine(server: Server) -> StatusTarget:
-    """The one target's /status document, with the document's ``taken_at``."""
+def _engine(server: Server) -> tuple[TargetDoc, float]:
+    """The one target's /status document, and when the document was taken."""
     doc = server.status()
     if not doc["targets"]:
         raise ValueError("no tick yet")
-    target = doc["targets"][0]
-    target["taken_at"] = doc["taken_at"]
-    return target
+    return doc["targets"][0], doc.get("taken_at", 0.0)
 
 
 def ready_section(ctx: BenchContext) -> ReadySection:
@@ -141,10 +140,10 @@ def _flagged(server: Server, sim: _Sim, flag: Flag, when: When) -> Callable[[], 
 
     def at() -> float | None:
         with contextlib.suppress(OSError, ValueError):
-            doc = _engine(server)
-            this_run = (doc.get("started_at") or 0) >= sim.launched_at - 1
-            moment = doc.get(when)
-            if doc.get(flag) and this_run and moment is not None:
+            target, taken_at = _engine(server)
+            this_run = (target["started_at"] or 0) >= sim.launched_at - 1
+            moment = target["since"] if when == "since" else taken_at
+            if target[flag] and this_run and moment is not None:
                 return float(moment)
         return None
 
@@ -154,7 +153,7 @@ def _flagged(server: Server, sim: _Sim, flag: Flag, when: When) -> Callable[[], 
 def _engine_is(server: Server, flag: Flag, value: bool) -> Callable[[], bool]:
     def check() -> bool:
         with contextlib.suppress(OSError, ValueError):
-            return bool(_engine(server).get(flag)) is value
+            return _engine(server)[0][flag] is value
         return False
 
     return check

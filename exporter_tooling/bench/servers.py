@@ -16,8 +16,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
 
+from exporter.render.status_doc import StatusDoc, parse_status_doc
 from exporter_tooling.bench import procfs
 from exporter_tooling.bench.context import BenchContext
 from exporter_tooling.bench.stand_ins import gpu_state_lines
@@ -27,32 +27,6 @@ from exporter_tooling.processes import free_port, stop_process
 
 # Loopback only: an http_proxy in the environment must not see the bench's requests.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-class StatusTarget(TypedDict, total=False):
-    """The fields of a ``/status`` target the bench reads (the document has many more)."""
-
-    phase: str
-    process: dict[str, object] | None
-    ready: bool
-    stalled: bool
-    since: float | None
-    started_at: float | None
-    taken_at: float
-
-
-class StatusGpu(TypedDict, total=False):
-    """The fields of a ``/status`` GPU the bench reads."""
-
-    up: bool
-
-
-class StatusView(TypedDict):
-    """The part of the exporter's ``/status`` document the bench reads."""
-
-    taken_at: float
-    targets: list[StatusTarget]
-    gpus: list[StatusGpu]
 
 
 @dataclass
@@ -74,10 +48,14 @@ class Server:
         except http.client.HTTPException as exc:  # a garbled reply: as good as no answer
             raise OSError(f"{self.name} answered {path} badly: {exc!r}") from exc
 
-    def status(self) -> StatusView:
-        """The exporter's /status document."""
-        doc: StatusView = json.loads(self.get("/status"))
-        return doc
+    def status(self) -> StatusDoc:
+        """The exporter's /status document, read as ``wait`` reads it.
+
+        Raises:
+            OSError: the exporter does not answer.
+            ValueError: it answered something else than a status document.
+        """
+        return parse_status_doc(json.loads(self.get("/status")))
 
     def cpu_seconds(self) -> float:
         """User and system CPU of the process and its children (the NVML child), so far."""
@@ -190,6 +168,6 @@ def _settled(server: Server, targets: int, gpus: int) -> bool:
         doc = server.status()
     except (OSError, ValueError):
         return False
-    ready = [t for t in doc["targets"] if t.get("phase") == "ready" and t.get("process")]
-    up = [g for g in doc["gpus"] if g.get("up")]
+    ready = [t for t in doc["targets"] if t["phase"] == "ready" and t["process"]]
+    up = [g for g in doc["gpus"] if g["up"]]
     return len(ready) == targets and len(up) == gpus
