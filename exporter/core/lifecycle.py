@@ -64,6 +64,8 @@ COLD_START_BUCKETS: Final[tuple[float, ...]] = (
     2700.0,
     3600.0,
 )
+#: Histogram buckets of wake durations from sleep mode, seconds (weights back from CPU memory).
+WAKE_BUCKETS: Final[tuple[float, ...]] = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 #: Default stall thresholds when neither config nor history gives one.
 DEFAULT_STALL_SECONDS: Final[Mapping[Phase, float]] = {
     Phase.STARTING: 300.0,
@@ -97,9 +99,12 @@ _ORDER: Final[Mapping[Phase, int]] = {
     Phase.INITIALIZING: 3,
     Phase.READY: 4,
     Phase.SERVING: 5,
+    Phase.SLEEPING: 5,
     Phase.DEGRADED: 5,
     Phase.FAILED: 0,
 }
+#: Phases of a server that finished its start and is still the same process.
+UP_PHASES: Final = frozenset({Phase.READY, Phase.SERVING, Phase.SLEEPING, Phase.DEGRADED})
 
 #: Allowed transitions, h11 style: anything else is a bug in ``_next_phase``.
 TRANSITIONS: Final[Mapping[Phase, frozenset[Phase]]] = {
@@ -111,9 +116,18 @@ TRANSITIONS: Final[Mapping[Phase, frozenset[Phase]]] = {
     ),
     Phase.LOADING: frozenset({Phase.INITIALIZING, Phase.READY, Phase.FAILED, Phase.DOWN}),
     Phase.INITIALIZING: frozenset({Phase.READY, Phase.FAILED, Phase.DOWN}),
-    Phase.READY: frozenset({Phase.SERVING, Phase.DEGRADED, Phase.DOWN, Phase.STARTING}),
-    Phase.SERVING: frozenset({Phase.READY, Phase.DEGRADED, Phase.DOWN, Phase.STARTING}),
-    Phase.DEGRADED: frozenset({Phase.READY, Phase.DOWN, Phase.STARTING, Phase.FAILED}),
+    Phase.READY: frozenset(
+        {Phase.SERVING, Phase.SLEEPING, Phase.DEGRADED, Phase.DOWN, Phase.STARTING}
+    ),
+    Phase.SERVING: frozenset(
+        {Phase.READY, Phase.SLEEPING, Phase.DEGRADED, Phase.DOWN, Phase.STARTING}
+    ),
+    Phase.SLEEPING: frozenset(
+        {Phase.READY, Phase.SERVING, Phase.DEGRADED, Phase.DOWN, Phase.STARTING}
+    ),
+    Phase.DEGRADED: frozenset(
+        {Phase.READY, Phase.SLEEPING, Phase.DOWN, Phase.STARTING, Phase.FAILED}
+    ),
     Phase.FAILED: frozenset(
         {Phase.STARTING, Phase.LOADING, Phase.INITIALIZING, Phase.READY, Phase.DOWN}
     ),
@@ -184,15 +198,58 @@ class ColdStart:
 
 
 @dataclass(frozen=True, slots=True)
+class Histogram:
+    """Observed durations in cumulative-ready buckets: a Prometheus histogram's content.
+
+    ``bucket_counts`` has one entry per bound in ``bounds`` plus the +Inf bucket, each the
+    count of observations in that bucket alone (the renderer accumulates).
+    """
+
+    bounds: tuple[float, ...] = COLD_START_BUCKETS
+    bucket_counts: tuple[int, ...] = (0,) * (len(COLD_START_BUCKETS) + 1)
+    sum_seconds: float = 0.0
+    count: int = 0
+
+    def observe(self, seconds: float) -> Histogram:
+        """The histogram with one more observation."""
+        i = next((i for i, b in enumerate(self.bounds) if seconds <= b), len(self.bounds))
+        buckets = list(self.bucket_counts)
+        buckets[i] += 1
+        return replace(
+            self,
+            bucket_counts=tuple(buckets),
+            sum_seconds=self.sum_seconds + seconds,
+            count=self.count + 1,
+        )
+
+
+def _empty_histogram(bounds: tuple[float, ...]) -> Histogram:
+    return Histogram(bounds, (0,) * (len(bounds) + 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """A server woken from sleep mode: from the first sign of waking to ready again."""
+
+    started_at: float
+    ended_at: float
+
+    @property
+    def duration_seconds(self) -> float:
+        """Seconds the wake took."""
+        return self.ended_at - self.started_at
+
+
+@dataclass(frozen=True, slots=True)
 class Counters:
     """Monotonic counts kept across cold starts (exported as ``_total`` counters)."""
 
     restarts: int = 0
     start_failures: tuple[tuple[FailureReason, int], ...] = ()
     log_lines: tuple[tuple[LogClass, int], ...] = ()
-    cold_start_bucket_counts: tuple[int, ...] = (0,) * (len(COLD_START_BUCKETS) + 1)
-    cold_start_sum: float = 0.0
-    cold_start_count: int = 0
+    cold_starts: Histogram = field(default_factory=lambda: _empty_histogram(COLD_START_BUCKETS))
+    #: Wakes from sleep mode; never in ``cold_starts`` (a 3 s wake is no cold start).
+    wakes: Histogram = field(default_factory=lambda: _empty_histogram(WAKE_BUCKETS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +304,9 @@ class TargetState:
     last_cold_start: ColdStart | None = None
     finished_start: ColdStart | None = None
     updated_at: float | None = None
+    #: While sleeping: when the weights started coming back (GPU memory climbing).
+    wake_began_at: float | None = None
+    last_wake: Wake | None = None
 
     @property
     def ready(self) -> bool:
@@ -324,6 +384,7 @@ TIMESTAMP_FIELDS: Final = frozenset(
         "ready_at",
         "started_at",
         "updated_at",
+        "wake_began_at",
     }
 )
 
@@ -480,7 +541,7 @@ def _next_phase(
     """Guarded transitions: the one place that decides the phase."""
     health = _health_says(obs.health)
     alive = obs.process is not None and not obs.process.zombie
-    was_up = prev.phase in (Phase.READY, Phase.SERVING, Phase.DEGRADED)
+    was_up = prev.phase in UP_PHASES
     in_startup = prev.phase in STARTUP_PHASES
     if ev.fatal is not None and (in_startup or prev.phase is Phase.DOWN) and health != "ok":
         return Phase.FAILED, f"fatal log line: {ev.fatal}", ev.fatal
@@ -508,6 +569,12 @@ def _next_phase(
 
 
 def _ready_phase(prev: TargetState, obs: Observation) -> tuple[Phase, str, None]:
+    if obs.health is not None and obs.health.sleeping and prev.ready_at is not None:
+        return Phase.SLEEPING, "engine reports sleep mode (weights offloaded)", None
+    if prev.phase is Phase.SLEEPING and obs.health is not None and obs.health.sleeping is None:
+        return Phase.SLEEPING, prev.reason, None  # it did not say this tick: nothing changed
+    if prev.phase is Phase.SLEEPING:
+        return Phase.READY, "woke from sleep mode", None
     comp = obs.completion
     if comp is not None and comp.ok and comp.has_choices and prev.ready:
         return Phase.SERVING, "a completion returned choices", None
@@ -629,15 +696,7 @@ def _count_lines(counters: Counters, events: tuple[LogEvent, ...]) -> Counters:
 
 
 def _observe_cold_start(counters: Counters, seconds: float) -> Counters:
-    i = next((i for i, b in enumerate(COLD_START_BUCKETS) if seconds <= b), len(COLD_START_BUCKETS))
-    buckets = list(counters.cold_start_bucket_counts)
-    buckets[i] += 1
-    return replace(
-        counters,
-        cold_start_bucket_counts=tuple(buckets),
-        cold_start_sum=counters.cold_start_sum + seconds,
-        cold_start_count=counters.cold_start_count + 1,
-    )
+    return replace(counters, cold_starts=counters.cold_starts.observe(seconds))
 
 
 def _finish_start(
@@ -674,7 +733,7 @@ def _begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSt
             state = _enter(
                 state, Phase.FAILED, "process replaced before ready", FailureReason.EXITED, now
             )
-        elif prev.phase in (Phase.READY, Phase.SERVING, Phase.DEGRADED):
+        elif prev.phase in UP_PHASES:
             state = _record(state, now, Phase.DOWN, "process replaced")
     p = obs.process
     return replace(
@@ -774,7 +833,7 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
             state = replace(state, reason_detail=reason_detail(decisive) if decisive else None)
     elif phase is state.phase and reason != state.reason:
         state = replace(state, reason=reason)
-    state = _after_probe(_track_load(state, obs), obs)
+    state = _track_wake(prev, _after_probe(_track_load(state, obs), obs), ev, now)
     if ev.kinds and state.phase in STARTUP_PHASES:
         state = _note_progress(state, now, ev.kinds)
     elif state.phase in STARTUP_PHASES and state.last_progress_at is not None:
@@ -843,6 +902,25 @@ def _enter(
             last_cold_start=finished or state.last_cold_start,
         )
     return state
+
+
+def _track_wake(prev: TargetState, state: TargetState, ev: _Evidence, now: float) -> TargetState:
+    """A wake begins when GPU memory climbs in sleep and ends when the engine is awake again.
+
+    Without a climb seen (a wake shorter than a tick), it began after the last tick that saw
+    the server asleep. The wake goes to its own histogram, never to the cold-start one.
+    """
+    if state.phase is Phase.SLEEPING:
+        if prev.phase is not Phase.SLEEPING:
+            return replace(state, wake_began_at=None)
+        if ev.gpu_grew and state.wake_began_at is None:
+            return replace(state, wake_began_at=prev.updated_at or now)
+        return state
+    if prev.phase is not Phase.SLEEPING or state.phase not in (Phase.READY, Phase.SERVING):
+        return replace(state, wake_began_at=None) if state.wake_began_at is not None else state
+    wake = Wake(state.wake_began_at or prev.updated_at or now, now)
+    counters = replace(state.counters, wakes=state.counters.wakes.observe(wake.duration_seconds))
+    return replace(state, last_wake=wake, wake_began_at=None, counters=counters)
 
 
 def _after_probe(state: TargetState, obs: Observation) -> TargetState:

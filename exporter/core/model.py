@@ -20,6 +20,9 @@ class Phase(enum.StrEnum):
     INITIALIZING = "initializing"
     READY = "ready"
     SERVING = "serving"
+    #: Put to sleep (vLLM sleep mode): weights offloaded, probes answer; neither down nor
+    #: degraded, and its wake is no cold start.
+    SLEEPING = "sleeping"
     DEGRADED = "degraded"
     FAILED = "failed"
 
@@ -141,6 +144,7 @@ class ProbeResult:
         duration_seconds: wall time of the probe, bounded by its deadline.
         has_choices: a completion reply carried a non-empty ``choices`` list.
         loading: the reply said the engine is still loading (llama.cpp "Loading model").
+        sleeping: asked after a good health probe, the engine said it sleeps (or not).
         at: when the probe finished, Unix epoch seconds.
     """
 
@@ -151,6 +155,8 @@ class ProbeResult:
     at: float
     has_choices: bool = False
     loading: bool = False
+    #: The engine says it is in sleep mode (vLLM ``/is_sleeping``); None when it does not say.
+    sleeping: bool | None = None
 
     @property
     def ok(self) -> bool:

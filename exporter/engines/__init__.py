@@ -28,6 +28,8 @@ class Engine:
             connections for the whole load).
         embeds: engines whose lines this one's log carries as well (Ollama runs llama.cpp,
             Triton runs vLLM or TensorRT-LLM backends): when both are recognised, this wins.
+        sleep_path: endpoint that says whether a ready server sleeps (vLLM sleep mode,
+            ENGINES.md section 8), asked after each good health probe; None: no sleep mode.
     """
 
     name: str
@@ -38,6 +40,7 @@ class Engine:
     log: LogProfile = field(default_factory=LogProfile)
     process_words: str = ""
     embeds: tuple[str, ...] = ()
+    sleep_path: str | None = None
 
 
 def _builtin() -> dict[str, Engine]:
@@ -56,7 +59,13 @@ def _builtin() -> dict[str, Engine]:
 
     engines = [
         Engine("sglang", "SGLang", log=sglang.LOG_PROFILE, process_words=r"sglang"),
-        Engine("vllm", "vLLM", log=vllm.LOG_PROFILE, process_words=r"vllm"),
+        Engine(
+            "vllm",
+            "vLLM",
+            log=vllm.LOG_PROFILE,
+            process_words=r"vllm",
+            sleep_path="/is_sleeping",
+        ),
         Engine(
             "tgi",
             "Text Generation Inference",

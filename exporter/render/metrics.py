@@ -20,7 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from exporter.core.lifecycle import COLD_START_BUCKETS, TargetState
+from exporter.core.lifecycle import Histogram
 from exporter.core.model import FailureReason, LogClass, Phase, ProbeKind
 from exporter.core.snapshot import Snapshot, TargetSnapshot
 
@@ -304,21 +304,31 @@ def _history_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
         "Time the last finished cold start spent in each startup phase.",
         ("target", "phase"),
     )
+    wakes = HistogramMetricFamily(
+        "inference_server_wake_duration_seconds",
+        "Wakes from sleep mode observed by this exporter, from the weights coming back to "
+        "awake; never counted as cold starts. Absent for a target until it woke once.",
+        labels=["target"],
+    )
     for t in targets:
-        hist.add_metric([t.info.name], _buckets(t.state), t.state.counters.cold_start_sum)
+        counted = t.state.counters
+        hist.add_metric(
+            [t.info.name], _buckets(counted.cold_starts), counted.cold_starts.sum_seconds
+        )
+        if counted.wakes.count:  # most servers never sleep: no 13 empty series each
+            wakes.add_metric([t.info.name], _buckets(counted.wakes), counted.wakes.sum_seconds)
         _add_if(typical, t.info.name, t.typical_start_seconds)
         cold = t.state.last_cold_start
         if cold is not None:
             last.add_metric([t.info.name], cold.duration_seconds)
             for phase, seconds in cold.phase_seconds:
                 phases.add_metric([t.info.name, phase.value], seconds)
-    yield from (hist, last, typical, phases)
+    yield from (hist, wakes, last, typical, phases)
 
 
-def _buckets(state: TargetState) -> list[tuple[str, float]]:
+def _buckets(hist: Histogram) -> list[tuple[str, float]]:
     out, running = [], 0
-    counts = state.counters.cold_start_bucket_counts
-    for bound, n in zip((*COLD_START_BUCKETS, float("inf")), counts, strict=True):
+    for bound, n in zip((*hist.bounds, float("inf")), hist.bucket_counts, strict=True):
         running += n
         out.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
     return out

@@ -23,6 +23,7 @@ from exporter.render.status_doc import (
     TargetDoc,
     TimelineRowDoc,
     TransitionDoc,
+    WakeDoc,
 )
 
 #: Startup phases in the order a cold start passes through them (the timeline's order).
@@ -97,6 +98,7 @@ def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> Targe
         "transitions": [transition_json(x) for x in s.transitions],
         "notable_lines": [_line(e) for e in s.notable_lines],
         "last_cold_start": _cold(s.last_cold_start),
+        "last_wake": _wake(s),
         "restarts": s.counters.restarts,
         "seconds_since_progress": s.seconds_since_progress,
         "timeline": _timeline(s, now),
@@ -173,6 +175,18 @@ def transition_json(x: Transition) -> TransitionDoc:
 
 def _line(e: LogEvent) -> LineDoc:
     return {"at": e.at, "class": e.cls.value, "text": e.text}
+
+
+def _wake(s: TargetState) -> WakeDoc | None:
+    w = s.last_wake
+    if w is None:
+        return None
+    return {
+        "started_at": w.started_at,
+        "ended_at": w.ended_at,
+        "duration_seconds": w.duration_seconds,
+        "wakes": s.counters.wakes.count,
+    }
 
 
 def _cold(c: ColdStart | None) -> ColdStartDoc | None:

@@ -57,6 +57,15 @@ LineDoc = TypedDict("LineDoc", {"at": float, "class": str, "text": str})
 LineDoc.__doc__ = """One notable log line, already redacted."""
 
 
+class WakeDoc(TypedDict):
+    """The last wake from sleep mode (not a cold start)."""
+
+    started_at: float
+    ended_at: float
+    duration_seconds: float
+    wakes: int
+
+
 class ColdStartDoc(TypedDict):
     """One finished cold start."""
 
@@ -117,6 +126,7 @@ class TargetDoc(TypedDict):
     transitions: list[TransitionDoc]
     notable_lines: list[LineDoc]
     last_cold_start: ColdStartDoc | None
+    last_wake: WakeDoc | None
     restarts: int
     seconds_since_progress: float | None
     timeline: list[TimelineRowDoc]

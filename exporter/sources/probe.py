@@ -32,6 +32,8 @@ from exporter.sources import Scope
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES: Final = 65536
+#: After a sleep-state endpoint answered 404 or 405, ask again only after this long.
+SLEEP_RETRY_SECONDS: Final = 300.0
 # wbits 32+15: zlib auto-detects a gzip or zlib header, so "deflate" sent zlib-wrapped works too.
 _AUTO_WBITS: Final = 32 | zlib.MAX_WBITS
 _DECODED_ENCODINGS: Final = frozenset({"gzip", "x-gzip", "deflate"})
@@ -39,6 +41,14 @@ _DECODED_ENCODINGS: Final = frozenset({"gzip", "x-gzip", "deflate"})
 _STREAM_EVENTS: Final = frozenset(
     {"connection.connect_tcp.complete", "connection.start_tls.complete"}
 )
+
+
+class _Failed(Exception):
+    """An exchange that gave no complete response, with the outcome that says why."""
+
+    def __init__(self, outcome: ProbeOutcome) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
 
 
 class _BodyTooLarge(Exception):
@@ -183,6 +193,13 @@ def says_loading(status: int, body: bytes) -> bool:
     error = data.get("error")
     texts = (error.get("message") if isinstance(error, dict) else None, data.get("status"))
     return any(isinstance(t, str) and "loading" in t.lower() for t in texts)
+
+
+def says_sleeping(status: int, body: bytes) -> bool | None:
+    """The sleep state in a ``/is_sleeping`` reply (vLLM: ``{"is_sleeping": true}``), else None."""
+    data = _json(body) if 200 <= status < 300 else None
+    value = data.get("is_sleeping") if isinstance(data, dict) else None
+    return value if isinstance(value, bool) else None
 
 
 def has_choices(body: bytes) -> bool:
@@ -333,14 +350,23 @@ class Prober:
             verify=_ssl_context(ca_file),
         )
         self._last: dict[ProbeKind, ProbeOutcome] = {}
+        self._sleep_retry_at = 0.0
 
     def probe_health(self) -> ProbeResult:
         """GET the engine's health path; OK on any 2xx. Never raises."""
         return self._probe(ProbeKind.HEALTH, "GET", self._target.health_path, None, self._timeout)
 
     def sample(self, deadline: float | None = None) -> ProbeResult:
-        """The health probe as the loop's source; the probe timeout bounds it."""
-        return self.probe_health()
+        """The health probe as the loop's source; the probe timeout bounds it.
+
+        After a good health probe of an engine with a sleep mode, the same budget also asks
+        whether it sleeps (vLLM answers 200 to ``/health`` while asleep).
+        """
+        health = self.probe_health()
+        if health.ok and self._target.profile.sleep_path is not None:
+            budget = self._timeout - health.duration_seconds
+            health = replace(health, sleeping=self._ask_sleeping(budget))
+        return health
 
     def probe_completion(self) -> ProbeResult:
         """POST a tiny greedy completion; OK only on 2xx JSON with ``choices``. Never raises."""
@@ -370,25 +396,61 @@ class Prober:
     ) -> ProbeResult:
         started = time.monotonic()
         reply = _Reply()
-        dog = _Watchdog(timeout)
         try:
-            self._exchange(method, path, content, reply, started + timeout, dog)
+            self._request(method, path, content, reply, timeout)
             result = _judge(kind, reply)
-        except Exception as exc:  # the probe's contract: an outcome, never an exception
-            outcome = _classify(exc, dog.fired)
-            if outcome is ProbeOutcome.ERROR:
-                log.debug(
-                    "probe error target=%s probe=%s error=%s",
-                    self._target.name,
-                    kind,
-                    type(exc).__name__,
-                )
-            result = ProbeResult(kind, outcome, reply.status, 0.0, 0.0)
-        finally:
-            dog.disarm()
+        except _Failed as failed:  # the probe's contract: an outcome, never an exception
+            result = ProbeResult(kind, failed.outcome, reply.status, 0.0, 0.0)
         result = replace(result, duration_seconds=time.monotonic() - started, at=time.time())
         self._log_edge(result)
         return result
+
+    def _request(
+        self, method: str, path: str, content: bytes | None, reply: _Reply, timeout: float
+    ) -> None:
+        """One bounded exchange into ``reply``; any failure as ``_Failed`` with its outcome."""
+        dog = _Watchdog(timeout)
+        try:
+            self._exchange(method, path, content, reply, time.monotonic() + timeout, dog)
+        except Exception as exc:
+            outcome = _classify(exc, dog.fired)
+            if outcome is ProbeOutcome.ERROR:
+                log.debug(
+                    "probe error target=%s path=%s error=%s",
+                    self._target.name,
+                    path,
+                    type(exc).__name__,
+                )
+            raise _Failed(outcome) from exc
+        finally:
+            dog.disarm()
+
+    def _ask_sleeping(self, budget: float) -> bool | None:
+        """Whether the engine says it sleeps; None when it does not say (never an error).
+
+        vLLM offers ``/is_sleeping`` only with ``VLLM_SERVER_DEV_MODE=1``: a 404 or 405 means
+        not offered, asked again after ``SLEEP_RETRY_SECONDS`` (a restart may turn it on).
+        """
+        path = self._target.profile.sleep_path
+        if path is None or time.monotonic() < self._sleep_retry_at:
+            return None
+        reply = _Reply()
+        try:
+            self._request("GET", path, None, reply, max(budget, 0.05))
+        except _Failed:
+            return None
+        if reply.status in (404, 405):
+            self._sleep_retry_at = time.monotonic() + SLEEP_RETRY_SECONDS
+            log.info(
+                "sleep state not offered target=%s path=%s status=%s "
+                "(vLLM offers it with VLLM_SERVER_DEV_MODE=1); asking again in %gs",
+                self._target.name,
+                path,
+                reply.status,
+                SLEEP_RETRY_SECONDS,
+            )
+            return None
+        return says_sleeping(reply.status or 0, reply.body)
 
     def _exchange(
         self,

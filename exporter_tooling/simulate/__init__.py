@@ -174,7 +174,7 @@ _NUMBER_FLAGS: tuple[tuple[str, Callable[[str], object], str], ...] = (
     ("--read-mbps", _positive_float, "weight read rate of all workers together, MiB/s"),
     ("--start-seconds", _non_negative_float, "length of the starting phase"),
     ("--init-seconds", _non_negative_float, "length of the initializing phase"),
-    ("--flap-seconds", _positive_float, "flap scenario: each healthy and each failing stretch"),
+    ("--flap-seconds", _positive_float, "flap and sleep-wake scenarios: each stretch"),
     ("--gpus", _gpu_count, "simulated GPUs, one worker process each"),
 )
 _PATH_FLAGS = (

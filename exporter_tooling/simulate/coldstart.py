@@ -26,6 +26,7 @@ from exporter_tooling.simulate.gpustate import (
     KV_CACHE_BYTES,
     GpuLoad,
     GpuStatePublisher,
+    used_bytes,
     weights_on_gpu,
 )
 from exporter_tooling.simulate.plan import MIB, Segment, SimConfig, WorkerPlan, weight_layout
@@ -51,6 +52,9 @@ BURST: Final = 0.2
 KV_BYTES_PER_TOKEN: Final = 327_680
 MODEL_NAME: Final = "simulated-model"
 _DOTS_PER_SHARD: Final = 10
+#: A wake brings the weights back in this many steps of this long (GPU memory climbing).
+WAKE_STEPS: Final = 4
+WAKE_STEP_SECONDS: Final = 0.4
 
 
 class SimulatorError(Exception):
@@ -237,6 +241,8 @@ class ColdStart:
             pass
 
     def _serve(self) -> None:
+        if self.cfg.plan.sleep_wake:
+            self._sleep_and_wake()
         if not self.cfg.plan.flap:
             self._sleep_until(math.inf, tick=0.5)
             return
@@ -245,6 +251,38 @@ class ColdStart:
             self._server.health = Health.FAILING
             self._sleep_until(time.monotonic() + self.cfg.flap_seconds)
             self._server.health = Health.READY
+
+    def _sleep_and_wake(self) -> None:
+        """Sleep mode as vLLM does it, forever: weights offloaded and KV cache dropped, then back.
+
+        Asleep, ``/health`` still answers 200, ``/is_sleeping`` says true and completions
+        answer 503. Waking, GPU memory climbs back over about a second before the engine
+        says it is awake, as the weights come back from CPU memory.
+        """
+        stretch = self.cfg.flap_seconds
+        awake = self._gpu
+        while True:
+            self._sleep_until(time.monotonic() + stretch)
+            freed = used_bytes(awake, self.cfg.weights_bytes) / GIB
+            self._gpu = replace(awake, weights_fraction=0.0, kv_cache=False, util=0)
+            self._server.health = Health.SLEEPING
+            self._say_with(self.script.fall_asleep, freed_gib=freed, sleep_s=0.35)
+            self._sleep_until(time.monotonic() + stretch)
+            woke = time.monotonic()
+            for step in range(1, WAKE_STEPS + 1):
+                self._gpu = replace(self._gpu, weights_fraction=step / WAKE_STEPS)
+                self._sleep_until(time.monotonic() + WAKE_STEP_SECONDS)
+            self._gpu = awake
+            self._server.health = Health.READY
+            self._say_with(self.script.wake_up, wake_s=time.monotonic() - woke)
+
+    def _say_with(self, says: tuple[Say, ...], **numbers: float) -> None:
+        saved = self._ctx
+        self._ctx = {**saved, **numbers}
+        try:
+            self._say(says)
+        finally:
+            self._ctx = saved
 
     # --- steps and effects ------------------------------------------------------------
 

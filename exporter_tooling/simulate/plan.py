@@ -36,6 +36,7 @@ class Scenario(enum.StrEnum):
     CRASH_LOADING = "crash-loading"
     OOM_INITIALIZING = "oom-initializing"
     FLAP = "flap"
+    SLEEP_WAKE = "sleep-wake"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,8 @@ class ScenarioPlan:
         hang_init: initializing stops for good right after the KV cache is allocated.
         oom_init: initializing dies of a CUDA OOM where CUDA graphs would be captured.
         flap: once ready, health alternates between 200 and 503 every ``--flap-seconds``.
+        sleep_wake: once ready, vLLM's sleep mode: asleep (weights offloaded) and awake
+            again, each for ``--flap-seconds``, with vLLM's log lines and ``/is_sleeping``.
     """
 
     rate_factor: float = 1.0
@@ -61,6 +64,7 @@ class ScenarioPlan:
     hang_init: bool = False
     oom_init: bool = False
     flap: bool = False
+    sleep_wake: bool = False
 
 
 SCENARIOS: Final[dict[Scenario, ScenarioPlan]] = {
@@ -72,6 +76,7 @@ SCENARIOS: Final[dict[Scenario, ScenarioPlan]] = {
     Scenario.CRASH_LOADING: ScenarioPlan(crash_load_at=0.5),
     Scenario.OOM_INITIALIZING: ScenarioPlan(oom_init=True),
     Scenario.FLAP: ScenarioPlan(flap=True),
+    Scenario.SLEEP_WAKE: ScenarioPlan(sleep_wake=True),
 }
 
 

@@ -89,6 +89,8 @@ class EngineScript:
         crash: a crash while loading weights.
         oom: a CUDA OOM where CUDA graphs would be captured.
         worker_died: a worker process vanished.
+        fall_asleep: put to sleep (vLLM sleep mode); empty: the engine has none.
+        wake_up: woken again.
     """
 
     starting: tuple[Step, ...]
@@ -104,6 +106,8 @@ class EngineScript:
     crash: tuple[Say, ...]
     oom: tuple[Say, ...]
     worker_died: tuple[Say, ...]
+    fall_asleep: tuple[Say, ...] = ()
+    wake_up: tuple[Say, ...] = ()
 
 
 def render(
@@ -356,6 +360,20 @@ VLLM: Final = EngineScript(
             "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.",
             "core_client.py:564",
             "ERROR",
+        ),
+    ),
+    # vLLM's sleep mode (vllm/v1/worker/gpu_worker.py, vllm/v1/executor/abstract.py).
+    fall_asleep=(
+        Say(
+            "Sleep mode freed {freed_gib:.2f} GiB memory, 0.83 GiB memory is still in use.",
+            "gpu_worker.py:117",
+        ),
+        Say("It took {sleep_s:.6f} seconds to fall asleep.", "abstract.py:290"),
+    ),
+    wake_up=(
+        Say(
+            "It took {wake_s:.6f} seconds to wake up tags ['weights', 'kv_cache'].",
+            "abstract.py:309",
         ),
     ),
 )

@@ -38,6 +38,7 @@ class Health(enum.StrEnum):
     WARMING = "warming"  # SGLang: health 503 while its own warm-up request runs
     READY = "ready"
     FAILING = "failing"  # flap: health 503 while the process stays alive
+    SLEEPING = "sleeping"  # vLLM sleep mode: health 200, completions 503, weights offloaded
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +67,15 @@ def respond(
         return Reply(503, LOADING_BODY, _LLAMA_JSON)
     if path in health_paths(engine):
         return _health_reply(engine, health)
+    if path == "/is_sleeping" and engine is SimEngine.VLLM and method == "GET":
+        return _json_reply(engine, {"is_sleeping": health is Health.SLEEPING})
     if path == "/v1/completions":
         if method != "POST":
             return _error(engine, 405, "Method Not Allowed")
         if health is Health.FAILING:
             return _error(engine, 503, "Service Unavailable")
+        if health is Health.SLEEPING:
+            return _error(engine, 503, "The engine is sleeping; wake it up first")
         return complete(engine, body, model)
     if path == "/v1/models" and method == "GET":
         return _json_reply(engine, {"object": "list", "data": [{"id": model, "object": "model"}]})
@@ -78,7 +83,7 @@ def respond(
 
 
 def _health_reply(engine: SimEngine, health: Health) -> Reply:
-    ok = health is Health.READY
+    ok = health in (Health.READY, Health.SLEEPING)
     if engine is SimEngine.LLAMACPP:
         return Reply(200, b'{"status":"ok"}', _LLAMA_JSON) if ok else _error(engine, 503, "")
     # vLLM and SGLang answer with an empty body either way.

@@ -137,7 +137,7 @@ def test_healthy_cold_start_goes_through_every_phase_and_is_timed_from_process_s
         Phase.SERVING,
     ]
     final = states[-1]
-    assert final.counters.cold_start_count == 1
+    assert final.counters.cold_starts.count == 1
     # measured from create_time (T0), not from when the exporter first saw the process
     assert final.last_cold_start is not None
     assert final.last_cold_start.duration_seconds == pytest.approx(8.0)
@@ -324,7 +324,7 @@ def test_log_ready_marker_stands_in_for_the_probe_only_when_no_probe_runs():
 def test_exporter_started_after_the_server_was_ready_records_no_cold_start():
     final = run_trace([(0, dict(process=proc(start=T0 - 86400), health=OK))])[-1]
     assert final.phase is Phase.READY
-    assert final.counters.cold_start_count == 0
+    assert final.counters.cold_starts.count == 0
 
 
 def test_learned_stall_threshold_follows_history_with_a_floor():
@@ -336,7 +336,7 @@ def test_learned_stall_threshold_follows_history_with_a_floor():
 
 def test_cold_start_histogram_buckets_the_duration():
     final = run_trace(healthy_start())[-1]
-    counts = final.counters.cold_start_bucket_counts
+    counts = final.counters.cold_starts.bucket_counts
     assert len(counts) == len(COLD_START_BUCKETS) + 1
     assert counts[0] == 1  # 8 s falls in the first bucket (<= 15 s)
 
@@ -476,3 +476,75 @@ def test_a_stalled_start_has_no_eta():
     states = run_trace(trace, th)
     assert states[10].eta_seconds is not None
     assert states[-1].stalled and states[-1].eta_seconds is None
+
+
+# --- sleep mode ---------------------------------------------------------------------------
+
+
+ASLEEP = replace(OK, sleeping=True)
+AWAKE = replace(OK, sleeping=False)
+
+
+def test_sleep_and_wake_are_neither_down_nor_a_cold_start():
+    p = proc()
+    gpu = {"gpu_memory_bytes": 60 * GiB}
+    trace = [
+        (0, {"process": p, "health": REFUSED}),
+        (30, {"process": p, "health": AWAKE, **gpu}),
+        (40, {"process": p, "health": ASLEEP, "gpu_memory_bytes": 2 * GiB}),
+        (100, {"process": p, "health": ASLEEP, "gpu_memory_bytes": 2 * GiB}),
+        (101, {"process": p, "health": ASLEEP, "gpu_memory_bytes": 30 * GiB}),  # waking
+        (103, {"process": p, "health": AWAKE, **gpu}),
+    ]
+    states = run_trace(trace)
+    ready, asleep, still, waking, woken = states[1:]
+    assert ready.phase is Phase.READY and ready.counters.cold_starts.count == 1
+    assert asleep.phase is still.phase is waking.phase is Phase.SLEEPING
+    assert not still.stalled and still.failure_reason is None and not still.ready
+    assert woken.phase is Phase.READY and woken.finished_start is None
+    assert woken.last_wake is not None
+    assert woken.last_wake.duration_seconds == pytest.approx(3.0)  # from the climb's tick before
+    assert woken.counters.wakes.count == 1 and woken.counters.cold_starts.count == 1
+    assert woken.counters.restarts == 0
+
+
+def test_a_wake_too_quick_to_see_climb_is_counted_from_the_last_asleep_tick():
+    p = proc()
+    states = run_trace(
+        [
+            (0, {"process": p, "health": REFUSED}),
+            (30, {"process": p, "health": AWAKE}),
+            (40, {"process": p, "health": ASLEEP}),
+            (41, {"process": p, "health": AWAKE}),
+        ]
+    )
+    assert states[-1].last_wake is not None
+    assert states[-1].last_wake.duration_seconds == pytest.approx(1.0)
+
+
+def test_an_engine_that_stops_saying_keeps_sleeping_and_one_that_fails_is_degraded():
+    p = proc()
+    unknown = replace(OK, sleeping=None)
+    failing = health(ProbeOutcome.HTTP_STATUS, 500)
+    states = run_trace(
+        [
+            (0, {"process": p, "health": REFUSED}),
+            (30, {"process": p, "health": AWAKE}),
+            (40, {"process": p, "health": ASLEEP}),
+            (41, {"process": p, "health": unknown}),
+            (42, {"process": p, "health": failing}),
+            (43, {"process": p, "health": failing}),
+            (44, {"process": p, "health": failing}),
+        ]
+    )
+    assert states[3].phase is Phase.SLEEPING
+    assert states[-1].phase is Phase.DEGRADED
+
+
+def test_sleeping_before_the_first_ready_is_not_believed():
+    """A server never seen ready cannot be asleep: it is starting, and ready when it answers."""
+    p = proc()
+    states = run_trace(
+        [(0, {"process": p, "health": REFUSED}), (5, {"process": p, "health": ASLEEP})]
+    )
+    assert states[-1].phase is Phase.READY

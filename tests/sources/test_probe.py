@@ -391,3 +391,45 @@ def test_has_choices_needs_a_non_empty_list():
     assert has_choices(json.dumps(CHOICES).encode())
     assert not has_choices(b'{"choices": {"text": "4"}}')
     assert not has_choices(b"null")
+
+
+# --- vLLM sleep mode ------------------------------------------------------------------------
+
+
+def vllm_target(base_url: str) -> Target:
+    return Target("t", "vllm", base_url, "/health", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [({"is_sleeping": True}, True), ({"is_sleeping": False}, False), ({"other": 1}, None)],
+)
+def test_a_ready_vllm_is_asked_whether_it_sleeps(server, prober_for, body, expected):
+    server.routes["/health"] = reply(200, b"")
+    server.routes["/is_sleeping"] = reply(200, body)
+    result = prober_for(vllm_target(server.url)).sample()
+    assert result.ok and result.sleeping is expected
+    assert [r.path for r in server.requests] == ["/health", "/is_sleeping"]
+
+
+def test_sleep_state_is_not_asked_of_a_server_that_is_not_up(server, prober_for):
+    server.routes["/health"] = reply(503, b"")
+    server.routes["/is_sleeping"] = reply(200, {"is_sleeping": True})
+    result = prober_for(vllm_target(server.url)).sample()
+    assert result.sleeping is None and [r.path for r in server.requests] == ["/health"]
+
+
+def test_a_vllm_without_dev_mode_is_asked_once_then_left_alone(server, prober_for, caplog):
+    server.routes["/health"] = reply(200, b"")  # /is_sleeping: 404, as without dev mode
+    prober = prober_for(vllm_target(server.url))
+    with caplog.at_level(logging.INFO, logger="exporter.sources.probe"):
+        results = [prober.sample() for _ in range(3)]
+    assert all(r.ok and r.sleeping is None for r in results)
+    assert [r.path for r in server.requests].count("/is_sleeping") == 1
+    assert "VLLM_SERVER_DEV_MODE" in caplog.text
+
+
+def test_engines_without_a_sleep_mode_are_never_asked(server, prober_for):
+    server.routes["/health"] = reply(200, b"{}")
+    prober_for(make_target(server.url)).sample()
+    assert [r.path for r in server.requests] == ["/health"]

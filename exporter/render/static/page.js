@@ -4,7 +4,7 @@
 (function () {
   const POLL_MS = 1000;
   const STARTUP = ["starting", "loading", "initializing"];
-  const PHASES = STARTUP.concat(["ready", "serving", "degraded", "failed", "down"]);
+  const PHASES = STARTUP.concat(["ready", "serving", "sleeping", "degraded", "failed", "down"]);
   const main = document.getElementById("targets");
   const conn = document.getElementById("conn");
   const footer = document.getElementById("updated");
@@ -65,6 +65,7 @@
     if (t.elapsed_seconds !== null && t.elapsed_seconds !== undefined) {
       parts.push(dur(t.elapsed_seconds) + " since the process started");
     }
+    if (t.last_wake) parts.push("last wake from sleep took " + dur(t.last_wake.duration_seconds));
     return parts.join(" · ");
   }
 

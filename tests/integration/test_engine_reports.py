@@ -1,0 +1,64 @@
+"""What engines say about themselves, against the real simulator: vLLM's sleep mode.
+
+Both are real child processes on loopback. The simulator answers ``/is_sleeping`` and logs
+vLLM's sleep and wake lines; its GPUs come from the simulated libnvidia-ml.so.1 through the
+real pynvml binding (no GPU here), so the wake's GPU memory climb is seen as on a real host.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from exporter_tooling.fakenvml import build_simulated_nvml
+from tests.integration.harness import exporter, simulator, target_toml
+
+pytestmark = pytest.mark.integration
+INTERVAL = 0.25
+
+
+@pytest.fixture(scope="module")
+def nvml_dir(tmp_path_factory):
+    return build_simulated_nvml(tmp_path_factory.mktemp("nvml")).parent
+
+
+def _count(metrics: str, family: str) -> float:
+    found = re.search(rf'{family}_count\{{target="llm"\}} (\S+)', metrics)
+    assert found, f"{family} missing"
+    return float(found.group(1))
+
+
+def test_a_vllm_put_to_sleep_and_woken_is_a_wake_not_a_cold_start(tmp_path, nvml_dir):
+    with (
+        simulator(
+            tmp_path,
+            engine="vllm",
+            scenario="sleep-wake",
+            gpus=1,
+            extra=["--flap-seconds", "2.5"],
+        ) as sim,
+        exporter(
+            tmp_path,
+            target_toml("llm", sim, engine="vllm", completion=False),
+            interval=INTERVAL,
+            env={"SIMULATED_NVML_STATE": str(sim.gpu_state)},
+            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+        ) as exp,
+    ):
+        exp.wait_for(lambda t: t["phase"] == "ready", "llm", timeout=60)
+        asleep = exp.wait_for(lambda t: t["phase"] == "sleeping", "llm", timeout=30)
+        assert not asleep["stalled"] and asleep["failure_reason"] is None
+        metrics = exp.metrics()
+        assert 'inference_server_phase{phase="sleeping",target="llm"} 1.0' in metrics
+        assert 'inference_server_phase{phase="degraded",target="llm"} 0.0' in metrics
+        awake = exp.wait_for(lambda t: t["last_wake"] is not None, "llm", timeout=30)
+        assert awake["phase"] == "ready"
+        # The wake took the simulator's ~1.6 s climb, give or take the ticks around it.
+        assert 0.5 <= awake["last_wake"]["duration_seconds"] <= 5.0
+        froms = [(x["from"], x["to"]) for x in awake["transitions"]]
+        assert ("ready", "sleeping") in froms and ("sleeping", "ready") in froms
+        metrics = exp.metrics()
+        assert _count(metrics, "inference_server_wake_duration_seconds") >= 1
+        assert _count(metrics, "inference_server_cold_start_duration_seconds") == 1
+        assert 'inference_server_restarts_total{target="llm"} 0.0' in metrics
