@@ -261,6 +261,41 @@ def _count(value: str) -> int:
 
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 
+_LOADER_SCREEN: Final = re.compile(
+    "|".join(f"(?:{regex.pattern})" for regex, _ in vocabulary.LOADERS), re.IGNORECASE
+)
+_UNIT_POWERS: Final = {"K": 1, "M": 2, "G": 3, "T": 4}
+_SIZE: Final = re.compile(r"([\d.]+) ?([KMGT])(i?)", re.IGNORECASE)
+
+
+def _with_loader(event: LogEvent) -> LogEvent:
+    """The event with the fast loader its line names, and the throughput it reports."""
+    if event.cls in (LogClass.FATAL, LogClass.ERROR) or not _LOADER_SCREEN.search(event.text):
+        return event
+    name = next(n for regex, n in vocabulary.LOADERS if regex.search(event.text))
+    return replace(event, loader=name, loader_bytes_per_second=_summary_rate(event.text))
+
+
+def _summary_rate(text: str) -> float | None:
+    """Bytes per second from "34.3 GiB ... 28.52s, 1.2 GiB/s" (the rate, else size/seconds)."""
+    m = vocabulary.LOADER_SUMMARY.search(text)
+    if m is None:
+        return None
+    if m.group("rate"):
+        return _size_bytes(m.group("rate"))
+    seconds = float(m.group("seconds"))
+    return _size_bytes(m.group("size")) / seconds if seconds > 0 else None
+
+
+def _size_bytes(size: str) -> float:
+    """Bytes in "34.3 GiB": binary with an i, decimal without, as the line wrote it."""
+    m = _SIZE.match(size)
+    if m is None:  # LOADER_SUMMARY's groups always have this shape
+        return 0.0
+    base = 1024.0 if m.group(3) else 1000.0
+    power: int = _UNIT_POWERS[m.group(2).upper()]
+    return float(m.group(1)) * base**power
+
 
 class _PatternSet:
     """Patterns checked in order, behind one combined regex that rules most lines out at once.
@@ -382,7 +417,7 @@ class LogClassifier:
                 continue
             when = self._timestamp(text, at) if line_time else None
             text = redact(text[: 2 * MAX_LINE_CHARS])[:MAX_LINE_CHARS]
-            events.append(self._event(text, at if when is None else when, line_no))
+            events.append(_with_loader(self._event(text, at if when is None else when, line_no)))
         return events
 
     def _timestamp(self, text: str, at: float) -> float | None:

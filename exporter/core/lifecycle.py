@@ -307,6 +307,9 @@ class TargetState:
     #: While sleeping: when the weights started coming back (GPU memory climbing).
     wake_began_at: float | None = None
     last_wake: Wake | None = None
+    #: The fast weight loader this start's log names, and the throughput it reported.
+    loader: str | None = None
+    loader_bytes_per_second: float | None = None
 
     @property
     def ready(self) -> bool:
@@ -616,6 +619,17 @@ def _merge_shards(
     return tuple((k, d, t) for k, (d, t) in merged.items())
 
 
+def _note_loader(state: TargetState, events: Iterable[LogEvent]) -> TargetState:
+    """The loader the newest line names and the newest throughput it reported."""
+    loader, rate = state.loader, state.loader_bytes_per_second
+    for ev in events:
+        loader = ev.loader or loader
+        rate = ev.loader_bytes_per_second or rate
+    if (loader, rate) == (state.loader, state.loader_bytes_per_second):
+        return state
+    return replace(state, loader=loader, loader_bytes_per_second=rate)
+
+
 def _progress_ratio(state: TargetState, obs: Observation, th: Thresholds) -> float | None:
     """Shards from logs, else bytes read over the weights' size, else GPU memory vs last peak."""
     if state.phase in (Phase.DOWN, Phase.FAILED):
@@ -758,6 +772,8 @@ def _begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSt
         stalled=False,
         stall_reason=None,
         baseline=Baseline(),
+        loader=None,
+        loader_bytes_per_second=None,
     )
 
 
@@ -834,6 +850,7 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
     elif phase is state.phase and reason != state.reason:
         state = replace(state, reason=reason)
     state = _track_wake(prev, _after_probe(_track_load(state, obs), obs), ev, now)
+    state = _note_loader(state, obs.log_events)
     if ev.kinds and state.phase in STARTUP_PHASES:
         state = _note_progress(state, now, ev.kinds)
     elif state.phase in STARTUP_PHASES and state.last_progress_at is not None:

@@ -265,6 +265,8 @@ class LogEvent:
         fatal_reason: the failure reason a fatal line implies.
         line_no: 1-based line number in its source, when known.
         repeat: the same line as the one before it, numbers aside (a flood): weak evidence.
+        loader: the fast weight loader the line names ("runai-streamer", "tensorizer", ...).
+        loader_bytes_per_second: the throughput a loader's summary line reports.
     """
 
     cls: LogClass
@@ -277,6 +279,8 @@ class LogEvent:
     fatal_reason: FailureReason | None = None
     line_no: int | None = None
     repeat: bool = False
+    loader: str | None = None
+    loader_bytes_per_second: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

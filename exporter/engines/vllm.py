@@ -28,9 +28,10 @@ LOG_PROFILE: Final = LogProfile(
         # ENGINES.md vLLM "loading"; vllm-05-ready ("Starting to load model meta-llama/...")
         marker(r"Starting to load (?:draft )?model\b|Loading drafter model", "weights_begin", _L),
         marker(r"Loading model from scratch|Using model weights format", "weights_loader", _L),
-        # vllm-05/06-ready ("Loading safetensors checkpoint shards:  25% Completed | 1/4")
+        # vllm-05/06-ready ("Loading safetensors checkpoint shards:  25% Completed | 1/4"); the
+        # fast loaders' bars ("using InstantTensor loader", "using Runai Model Streamer")
         progress(
-            r"Loading (?:safetensors|pt|\w+) (?:checkpoint shards|using \w+ loader)\s*:\s*"
+            r"Loading (?:safetensors|pt|\w+) (?:checkpoint shards|using \w+(?: \w+){0,3}?)\s*:\s*"
             r"\d+% Completed \| (?P<done>[\d.]+[KMGT]?)/(?P<total>[\d.]+[KMGT]?)",
             "shards",
             _L,

@@ -191,10 +191,12 @@ WRAPPERS: Final[tuple[LogPattern, ...]] = (
 
 #: Ready announcements and the progress bar most PyTorch loaders share.
 MARKERS: Final[tuple[LogPattern, ...]] = (
-    # vllm-05/06-ready, sglang-04-ready: the shard bar of Hugging Face checkpoints
+    # vllm-05/06-ready, sglang-04-ready: the shard bar of Hugging Face checkpoints, and the
+    # same bar drawn by a fast loader ("Loading safetensors using Runai Model Streamer: ...")
     progress(
-        r"Loading (?:safetensors )?checkpoint shards\s*:\s*\d+% Completed \| "
-        r"(?P<done>\d+)/(?P<total>\d+)",
+        r"Loading (?:safetensors |pt )?(?:checkpoint shards|using \w+(?: \w+){0,3}?)\s*:\s*"
+        r"\d+% Completed \| "
+        r"(?P<done>[\d.]+[KMGT]?)/(?P<total>[\d.]+[KMGT]?)",
         "shards",
         Phase.LOADING,
         per_model=True,
@@ -209,6 +211,31 @@ MARKERS: Final[tuple[LogPattern, ...]] = (
         "ready",
         Phase.READY,
     ),
+)
+
+#: Fast weight loaders (ENGINES.md section 8): which one a line names, as a bounded name.
+#: Family-worded: the loader's name in its spellings, whatever the engine wraps it in.
+LOADERS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
+    # "Loading safetensors using Runai Model Streamer", "[RunAI Streamer] Overall time to
+    # stream", vLLM's "--load-format runai_streamer"
+    (
+        re.compile(r"\bRun:?ai[ _-]?(?:Model[ _-]?)?Streamer|\brunai_streamer", re.I),
+        "runai-streamer",
+    ),
+    # "Loading safetensors using Fastsafetensor loader", "fastsafetensors"
+    (re.compile(r"\bfast[ _-]?safetensors?\b", re.I), "fastsafetensors"),
+    # "Deserialized 15.0 GB in 4.23s, 3.5 GB/s" (tensorizer's summary), "TensorizerLoader"
+    (re.compile(r"\btensorizer|\bDeserialized [\d.]+ ?[KMGT]i?B in ", re.I), "tensorizer"),
+    # "Loading safetensors using InstantTensor loader: 9% Completed | 13.3G/155G"
+    (re.compile(r"\binstant[ _-]?tensor", re.I), "instanttensor"),
+)
+#: A loader's summary: how much in how long, at what rate (any of the three may be missing).
+LOADER_SUMMARY: Final = re.compile(
+    r"\b(?:stream(?:ed)?|deserialized|loaded|read)\b[^0-9]{0,12}"
+    r"(?P<size>\d+(?:\.\d+)? ?[KMGT]i?B)\b.{0,60}?"
+    r"(?:\bin\b|:)\s*(?P<seconds>\d+(?:\.\d+)?) ?s(?:ec(?:onds?)?)?\b"
+    r"(?:[^0-9]{0,6}(?P<rate>\d+(?:\.\d+)? ?[KMGT]i?B) ?/ ?s)?",
+    re.I,
 )
 
 #: Frames of a traceback that name a family: the cause chain counts, not only its last line.

@@ -99,6 +99,8 @@ def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> Targe
         "notable_lines": [_line(e) for e in s.notable_lines],
         "last_cold_start": _cold(s.last_cold_start),
         "last_wake": _wake(s),
+        "loader": s.loader,
+        "loader_bytes_per_second": s.loader_bytes_per_second,
         "restarts": s.counters.restarts,
         "seconds_since_progress": s.seconds_since_progress,
         "timeline": _timeline(s, now),

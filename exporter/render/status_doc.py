@@ -127,6 +127,9 @@ class TargetDoc(TypedDict):
     notable_lines: list[LineDoc]
     last_cold_start: ColdStartDoc | None
     last_wake: WakeDoc | None
+    #: The fast weight loader the log names ("runai-streamer", "tensorizer", ...), if any.
+    loader: str | None
+    loader_bytes_per_second: float | None
     restarts: int
     seconds_since_progress: float | None
     timeline: list[TimelineRowDoc]

@@ -417,3 +417,72 @@ def test_each_secret_shape_is_redacted(line):
 )
 def test_ordinary_lines_are_left_as_they_are(line):
     assert redact(line) == line
+
+
+# --- fast weight loaders (ENGINES.md section 8) -------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "openai"])
+@pytest.mark.parametrize(
+    ("line", "loader", "progress", "gib_per_second"),
+    [
+        (
+            "INFO 12-01 10:00:00 [weight_utils.py:1] Loading safetensors using Runai Model "
+            "Streamer: 43% Completed | 3/7 [00:05<00:06,  1.21it/s]",
+            "runai-streamer",
+            (3, 7),
+            None,
+        ),
+        (
+            "INFO 12-01 10:00:09 [runai.py:1] [RunAI Streamer] Overall time to stream 34.3 GiB "
+            "of all files to cpu: 28.52s, 1.2 GiB/s",
+            "runai-streamer",
+            None,
+            1.2,
+        ),
+        (
+            "INFO 12-01 10:00:09 [tensorizer.py:1] Deserialized 15.0 GiB in 5.00s, 3.0 GiB/s",
+            "tensorizer",
+            None,
+            3.0,
+        ),
+        (
+            "[2026-12-01 10:00:00] Loading safetensors using Fastsafetensor loader: 50% "
+            "Completed | 2/4 [00:01<00:01]",
+            "fastsafetensors",
+            (2, 4),
+            None,
+        ),
+        (
+            "Loading safetensors using InstantTensor loader: 9% Completed | 13.3G/155G",
+            "instanttensor",
+            (13_300_000_000, 155_000_000_000),
+            None,
+        ),
+    ],
+)
+def test_fast_loader_lines_name_the_loader_and_count_as_loading(
+    engine, line, loader, progress, gib_per_second
+):
+    (event,) = classify(engine, line)
+    assert event.loader == loader
+    assert event.cls in (LogClass.PROGRESS, LogClass.INFO)  # evidence, never an alarm
+    if progress is not None:
+        assert (event.progress, event.phase) == (progress, Phase.LOADING)
+    if gib_per_second is None:
+        assert event.loader_bytes_per_second is None
+    else:
+        assert event.loader_bytes_per_second == pytest.approx(gib_per_second * 2**30)
+
+
+def test_a_summary_without_a_rate_is_size_over_seconds_in_the_units_it_wrote():
+    (event,) = classify("vllm", "Deserialized 12 GB in 4s")
+    assert event.loader == "tensorizer"
+    assert event.loader_bytes_per_second == pytest.approx(3e9)
+
+
+def test_lines_that_name_no_loader_get_none():
+    (event,) = classify(
+        "vllm", "INFO 12-01 10:00:09 [default_loader.py:1] Loading weights took 3.83 seconds"
+    )
+    assert event.loader is None and event.loader_bytes_per_second is None

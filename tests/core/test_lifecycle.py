@@ -548,3 +548,32 @@ def test_sleeping_before_the_first_ready_is_not_believed():
         [(0, {"process": p, "health": REFUSED}), (5, {"process": p, "health": ASLEEP})]
     )
     assert states[-1].phase is Phase.READY
+
+
+def test_the_loader_a_start_names_is_kept_with_its_throughput_until_the_next_instance():
+    bar = line(
+        "Loading safetensors using Runai Model Streamer: 43% Completed | 3/7",
+        cls=LogClass.PROGRESS,
+        progress=(3, 7),
+        phase=Phase.LOADING,
+        loader="runai-streamer",
+    )
+    summary = line(
+        "Overall time to stream 34.3 GiB: 28.52s, 1.2 GiB/s",
+        loader="runai-streamer",
+        loader_bytes_per_second=1.2 * GiB,
+    )
+    states = run_trace(
+        [
+            (0, {"process": proc(), "health": REFUSED}),
+            (5, {"process": proc(), "health": REFUSED, "log_events": (bar,)}),
+            (9, {"process": proc(), "health": REFUSED, "log_events": (summary,)}),
+            (12, {"process": proc(), "health": REFUSED, "log_events": (line("compiling"),)}),
+            (20, {"process": proc(pid=200, start=T0 + 19), "health": REFUSED}),
+        ]
+    )
+    assert (states[1].loader, states[1].loader_bytes_per_second) == ("runai-streamer", None)
+    assert states[3].loader == "runai-streamer"
+    assert states[3].loader_bytes_per_second == pytest.approx(1.2 * GiB)
+    assert states[1].phase is Phase.LOADING
+    assert (states[4].loader, states[4].loader_bytes_per_second) == (None, None)

@@ -66,6 +66,10 @@
       parts.push(dur(t.elapsed_seconds) + " since the process started");
     }
     if (t.last_wake) parts.push("last wake from sleep took " + dur(t.last_wake.duration_seconds));
+    if (t.loader) {
+      const rate = t.loader_bytes_per_second;
+      parts.push("loader " + t.loader + (rate ? " at " + bytes(rate) + "/s" : ""));
+    }
     return parts.join(" · ");
   }
 
