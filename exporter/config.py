@@ -115,11 +115,13 @@ class StallThresholds:
     starting: float | None = None
     loading: float | None = None
     initializing: float | None = None
+    downloading: float | None = None
 
     def for_phase(self, phase: Phase) -> float | None:
         """The configured threshold of a startup phase, or None."""
         return {
             Phase.STARTING: self.starting,
+            Phase.DOWNLOADING: self.downloading,
             Phase.LOADING: self.loading,
             Phase.INITIALIZING: self.initializing,
         }.get(phase)
@@ -468,6 +470,7 @@ def _read_stall(s: _Table) -> StallThresholds:
         starting=s.duration("starting", None),
         loading=s.duration("loading", None),
         initializing=s.duration("initializing", None),
+        downloading=s.duration("downloading", None),
     )
     s.reject_unknown()
     return th

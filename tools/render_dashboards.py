@@ -32,14 +32,16 @@ TAG: Final = "inference-lifecycle"
 PHASES: Final = (
     ("down", "text"),
     ("starting", "blue"),
+    ("downloading", "light-blue"),
     ("loading", "purple"),
     ("initializing", "yellow"),
     ("ready", "green"),
     ("serving", "dark-green"),
+    ("sleeping", "super-light-green"),
     ("degraded", "orange"),
     ("failed", "red"),
 )
-STARTUP: Final = "starting|loading|initializing"
+STARTUP: Final = "starting|downloading|loading|initializing"
 # Cold start: one host and one target. Fleet: any of them, narrowed by deployment via the join.
 ONE: Final = 'instance="$instance",target="$target"'
 HOST: Final = 'instance="$instance"'

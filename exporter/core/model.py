@@ -16,6 +16,9 @@ class Phase(enum.StrEnum):
 
     DOWN = "down"
     STARTING = "starting"
+    #: The model is not local yet: the tree writes download files (bytes arriving count as
+    #: progress; the download's time is kept apart from the load's).
+    DOWNLOADING = "downloading"
     LOADING = "loading"
     INITIALIZING = "initializing"
     READY = "ready"
@@ -28,7 +31,9 @@ class Phase(enum.StrEnum):
 
 
 #: Phases during which a cold start is in progress and the stall flag may be raised.
-STARTUP_PHASES: frozenset[Phase] = frozenset({Phase.STARTING, Phase.LOADING, Phase.INITIALIZING})
+STARTUP_PHASES: frozenset[Phase] = frozenset(
+    {Phase.STARTING, Phase.DOWNLOADING, Phase.LOADING, Phase.INITIALIZING}
+)
 
 
 class ProbeKind(enum.StrEnum):
@@ -94,6 +99,10 @@ class ProcessSample:
             faults); None when it could not be read (see ``read_bytes_error``).
         read_bytes_error: bounded reason the read bytes are missing, e.g. "permission_denied".
         zombie: the main process has exited but was not reaped yet.
+        write_bytes: summed ``/proc/PID/io`` write_bytes (what the tree had written to
+            storage: a model download lands here); None when it could not be read.
+        download_files: files the tree holds open that are downloads in progress (Hugging
+            Face's ``*.incomplete`` blobs and their kin); looked for only while it writes.
     """
 
     pid: int
@@ -104,6 +113,8 @@ class ProcessSample:
     read_bytes: int | None
     read_bytes_error: str | None = None
     zombie: bool = False
+    write_bytes: int | None = None
+    download_files: int = 0
 
     @property
     def process_count(self) -> int:

@@ -27,7 +27,7 @@ from exporter.render.status_doc import (
 )
 
 #: Startup phases in the order a cold start passes through them (the timeline's order).
-_TIMELINE_ORDER = (Phase.STARTING, Phase.LOADING, Phase.INITIALIZING)
+_TIMELINE_ORDER = (Phase.STARTING, Phase.DOWNLOADING, Phase.LOADING, Phase.INITIALIZING)
 
 
 def render_status(snap: Snapshot | None) -> StatusDoc:
@@ -101,6 +101,8 @@ def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> Targe
         "last_wake": _wake(s),
         "loader": s.loader,
         "loader_bytes_per_second": s.loader_bytes_per_second,
+        "download_bytes": s.download_bytes,
+        "download_bytes_per_second": s.download_bytes_per_second,
         "restarts": s.counters.restarts,
         "seconds_since_progress": s.seconds_since_progress,
         "timeline": _timeline(s, now),

@@ -130,6 +130,9 @@ class TargetDoc(TypedDict):
     #: The fast weight loader the log names ("runai-streamer", "tensorizer", ...), if any.
     loader: str | None
     loader_bytes_per_second: float | None
+    #: Bytes the tree wrote while downloading the model (0 when it never downloaded).
+    download_bytes: int
+    download_bytes_per_second: float | None
     restarts: int
     seconds_since_progress: float | None
     timeline: list[TimelineRowDoc]

@@ -180,7 +180,11 @@ class ColdStart:
 
     def _start(self) -> None:
         started = time.monotonic()
-        self._create_weights()
+        if self.cfg.plan.download:
+            self._download_weights()
+            started = time.monotonic()
+        else:
+            self._create_weights()
         self._play(self.script.starting, self.cfg.start_seconds, origin=started)
         self._spawn()
 
@@ -403,12 +407,42 @@ class ColdStart:
             ) from exc
         return self.cfg.work_dir
 
-    def _create_weights(self) -> None:
+    def _weight_sizes(self) -> dict[Path, int]:
         sizes: dict[Path, int] = {}
         for seg in self._segments:
             sizes[seg.path] = max(sizes.get(seg.path, 0), seg.offset + seg.length)
+        return sizes
+
+    def _download_weights(self) -> None:
+        """The weights arrive over the network first, as huggingface_hub writes them.
+
+        Each file is written as ``<name>.incomplete`` at ``--read-mbps`` and renamed when
+        complete; ``hang-downloading`` stops halfway with the file held open, as a download
+        whose connection went silent does.
+        """
+        block = os.urandom(MIB)
+        total, done = self.cfg.weights_bytes, 0
+        hang_at = self.cfg.plan.hang_download_at
+        for path, size in self._weight_sizes().items():
+            partial = path.with_name(path.name + ".incomplete")
+            self._created.append(partial)
+            with partial.open("wb") as f:
+                for _ in range(0, size, MIB):
+                    if hang_at is not None and done >= hang_at * total:
+                        self._hang()
+                    n = min(MIB, size - f.tell())
+                    f.write(block[:n])
+                    f.flush()
+                    done += n
+                    self._sleep_until(time.monotonic() + n / (self.cfg.read_mbps * MIB))
+                os.fsync(f.fileno())
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            partial.rename(path)
+            self._created.append(path)
+
+    def _create_weights(self) -> None:
         block = os.urandom(MIB)  # incompressible: no file system can shrink the reads
-        for path, size in sizes.items():
+        for path, size in self._weight_sizes().items():
             self._created.append(path)
             try:
                 _write_weights(path, size, block, self._stop)

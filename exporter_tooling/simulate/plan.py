@@ -37,6 +37,8 @@ class Scenario(enum.StrEnum):
     OOM_INITIALIZING = "oom-initializing"
     FLAP = "flap"
     SLEEP_WAKE = "sleep-wake"
+    DOWNLOAD = "download"
+    HANG_DOWNLOADING = "hang-downloading"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,9 @@ class ScenarioPlan:
         flap: once ready, health alternates between 200 and 503 every ``--flap-seconds``.
         sleep_wake: once ready, vLLM's sleep mode: asleep (weights offloaded) and awake
             again, each for ``--flap-seconds``, with vLLM's log lines and ``/is_sleeping``.
+        download: the weights are downloaded first (``*.incomplete`` files written at
+            ``--read-mbps``), then loaded.
+        hang_download_at: fraction of the download after which it stops for good.
     """
 
     rate_factor: float = 1.0
@@ -65,6 +70,8 @@ class ScenarioPlan:
     oom_init: bool = False
     flap: bool = False
     sleep_wake: bool = False
+    download: bool = False
+    hang_download_at: float | None = None
 
 
 SCENARIOS: Final[dict[Scenario, ScenarioPlan]] = {
@@ -77,6 +84,8 @@ SCENARIOS: Final[dict[Scenario, ScenarioPlan]] = {
     Scenario.OOM_INITIALIZING: ScenarioPlan(oom_init=True),
     Scenario.FLAP: ScenarioPlan(flap=True),
     Scenario.SLEEP_WAKE: ScenarioPlan(sleep_wake=True),
+    Scenario.DOWNLOAD: ScenarioPlan(download=True),
+    Scenario.HANG_DOWNLOADING: ScenarioPlan(download=True, hang_download_at=0.5),
 }
 
 

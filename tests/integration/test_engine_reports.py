@@ -62,3 +62,38 @@ def test_a_vllm_put_to_sleep_and_woken_is_a_wake_not_a_cold_start(tmp_path, nvml
         assert _count(metrics, "inference_server_wake_duration_seconds") >= 1
         assert _count(metrics, "inference_server_cold_start_duration_seconds") == 1
         assert 'inference_server_restarts_total{target="llm"} 0.0' in metrics
+
+
+# --- downloads before loading ----------------------------------------------------------------
+
+
+def _download_target(sim, stall: str = "") -> str:
+    return target_toml("dl", sim, completion=False, stall=stall)
+
+
+def test_a_start_that_downloads_first_reads_downloading_with_a_rate_and_is_not_stalled(tmp_path):
+    with (
+        simulator(tmp_path, scenario="download", weights_mb=24, read_mbps=4.0, gpus=1) as sim,
+        exporter(tmp_path, _download_target(sim, 'downloading = "2s"'), interval=INTERVAL) as exp,
+    ):
+        seen = exp.wait_for(
+            lambda t: t["phase"] == "downloading" and t["download_bytes"] >= 4 * 2**20, "dl"
+        )
+        assert seen["download_bytes_per_second"] and seen["download_bytes_per_second"] > 2**20
+        assert not seen["stalled"]  # bytes keep arriving: 6 s of download, a 2 s threshold
+        ready = exp.wait_for(lambda t: t["phase"] == "ready", "dl", timeout=60)
+        assert ready["download_bytes"] >= 20 * 2**20
+        assert not any(x["to"] == "failed" for x in ready["transitions"])
+        phases = ready["last_cold_start"]["phase_seconds"]
+        assert phases["downloading"] >= 3.0 and phases["loading"] > 0  # kept apart
+
+
+def test_a_download_that_stops_is_flagged_stalled_after_the_threshold(tmp_path):
+    with (
+        simulator(tmp_path, scenario="hang-downloading", weights_mb=16, read_mbps=8.0) as sim,
+        exporter(tmp_path, _download_target(sim, 'downloading = "2s"'), interval=INTERVAL) as exp,
+    ):
+        exp.wait_for(lambda t: t["phase"] == "downloading", "dl")
+        stalled = exp.wait_for(lambda t: t["stalled"], "dl", timeout=20)
+        assert stalled["phase"] == "downloading"
+        assert stalled["seconds_since_progress"] >= 2.0

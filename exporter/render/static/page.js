@@ -3,7 +3,7 @@
 "use strict";
 (function () {
   const POLL_MS = 1000;
-  const STARTUP = ["starting", "loading", "initializing"];
+  const STARTUP = ["starting", "downloading", "loading", "initializing"];
   const PHASES = STARTUP.concat(["ready", "serving", "sleeping", "degraded", "failed", "down"]);
   const main = document.getElementById("targets");
   const conn = document.getElementById("conn");
@@ -66,6 +66,10 @@
       parts.push(dur(t.elapsed_seconds) + " since the process started");
     }
     if (t.last_wake) parts.push("last wake from sleep took " + dur(t.last_wake.duration_seconds));
+    if (t.download_bytes) {
+      const rate = t.download_bytes_per_second;
+      parts.push("downloaded " + bytes(t.download_bytes) + (rate ? " at " + bytes(rate) + "/s" : ""));
+    }
     if (t.loader) {
       const rate = t.loader_bytes_per_second;
       parts.push("loader " + t.loader + (rate ? " at " + bytes(rate) + "/s" : ""));

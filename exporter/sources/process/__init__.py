@@ -8,11 +8,13 @@ tree in ``tree`` and reading /proc in ``procfs``.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Final
 
 from exporter.config import Target
 from exporter.core.model import ProcessSample
 from exporter.sources import Scope
+from exporter.sources.process.downloads import DownloadWatch
 from exporter.sources.process.finding import make_finder
 from exporter.sources.process.procfs import ProcessError, Reading
 from exporter.sources.process.tree import Tree
@@ -54,6 +56,7 @@ class ProcessSource:
         self._ticks = 0
         self._tree: Tree | None = None
         self._io_error: str | None = None
+        self._downloads = DownloadWatch()
 
     def sample(self, deadline: float | None = None) -> ProcessSample | None:
         """The tree now, or None when no process is found (a valid observation).
@@ -84,7 +87,8 @@ class ProcessSource:
             return None
         sample = _summarise(self._tree, readings)
         self._note_io(sample.read_bytes_error)
-        return sample
+        downloads = self._downloads.count(sample.pids, sample.write_bytes)
+        return replace(sample, download_files=downloads) if downloads else sample
 
     def close(self) -> None:
         """Close the descriptors kept on the tree's /proc files."""
@@ -97,6 +101,7 @@ class ProcessSource:
             log.info("process gone target=%s pid=%d", self.target.name, self._tree.main.pid)
             self._tree.close()
         self._tree = None
+        self._downloads = DownloadWatch()
 
     def _note_io(self, error: str | None) -> None:
         if error != self._io_error and error is not None:
@@ -111,6 +116,7 @@ def _summarise(tree: Tree, readings: dict[int, Reading]) -> ProcessSample:
     main = tree.main
     io_errors = sorted({r.io_error for r in readings.values() if r.io_error})
     read_bytes = None if io_errors else sum(r.read_bytes or 0 for r in readings.values())
+    write_bytes = None if io_errors else sum(r.write_bytes or 0 for r in readings.values())
     others = sorted(pid for pid in readings if pid != main.pid)
     return ProcessSample(
         pid=main.pid,
@@ -121,4 +127,5 @@ def _summarise(tree: Tree, readings: dict[int, Reading]) -> ProcessSample:
         read_bytes=read_bytes,
         read_bytes_error=str(io_errors[0]) if io_errors else None,
         zombie=readings[main.pid].zombie,
+        write_bytes=write_bytes,
     )

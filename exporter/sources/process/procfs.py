@@ -49,6 +49,8 @@ class Reading:
     read_bytes: int | None
     io_error: ProcessError | None
     zombie: bool
+    #: Bytes it had the storage layer write (``write_bytes``): a download lands here.
+    write_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,7 @@ class Member:
         "_reading",
         "_stat",
         "_stat_file",
+        "_write_bytes",
         "pid",
         "ppid",
         "start",
@@ -160,6 +163,7 @@ class Member:
         self._io_error: ProcessError | None = None
         self._io_raw = b""
         self._read_bytes: int | None = None
+        self._write_bytes: int | None = None
         self._reading: Reading | None = None
 
     @classmethod
@@ -204,36 +208,48 @@ class Member:
         stat = self._stat
         try:
             # A zombie's bytes are about to fold into its parent: counting both would jump.
-            read_bytes, io_error = (0, None) if stat.zombie else self._read_io(retry_io)
+            io_error = None if stat.zombie else self._read_io(retry_io)
         except _Gone:
             return None
+        read_bytes, write_bytes = (0, 0) if stat.zombie else (self._read_bytes, self._write_bytes)
+        if io_error is not None:
+            read_bytes = write_bytes = None
         last = self._reading
-        if last is None or last.read_bytes != read_bytes or last.io_error != io_error:
+        if (
+            last is None
+            or (last.read_bytes, last.write_bytes) != (read_bytes, write_bytes)
+            or last.io_error != io_error
+        ):
             rss = 0 if stat.zombie else stat.rss
-            last = self._reading = Reading(rss, stat.cpu, read_bytes, io_error, stat.zombie)
+            last = self._reading = Reading(
+                rss, stat.cpu, read_bytes, io_error, stat.zombie, write_bytes
+            )
         return last
 
-    def _read_io(self, retry: bool) -> tuple[int | None, ProcessError | None]:
-        """``read_bytes`` of /proc/PID/io; it is mode 0400 (needs CAP_SYS_PTRACE for others)."""
+    def _read_io(self, retry: bool) -> ProcessError | None:
+        """Read ``read_bytes`` and ``write_bytes`` of /proc/PID/io; the error when refused.
+
+        The file is mode 0400 (needs CAP_SYS_PTRACE for others' processes).
+        """
         if not _io_accounting_supported():
-            return None, ProcessError.UNSUPPORTED  # kernel without task I/O accounting
+            return ProcessError.UNSUPPORTED  # kernel without task I/O accounting
         io = self._io if self._io is not None else self._open_io(retry)
         if io is None:
-            return None, self._io_error
+            return self._io_error
         try:
             raw = io.read()
         except PermissionError:  # checked again on each read: the process changed credentials
             io.close()
             self._io, self._io_error = None, ProcessError.PERMISSION_DENIED
-            return None, self._io_error
+            return self._io_error
         except (FileNotFoundError, ProcessLookupError) as exc:
             raise _Gone from exc
         self._io_error = None
         if raw != self._io_raw:
-            at = raw.find(b"read_bytes: ")
             self._io_raw = raw
-            self._read_bytes = int(raw[at + 12 : raw.index(b"\n", at)]) if at >= 0 else None
-        return self._read_bytes, None
+            self._read_bytes = _io_field(raw, b"\nread_bytes: ")
+            self._write_bytes = _io_field(raw, b"\nwrite_bytes: ")
+        return None
 
     def _open_io(self, retry: bool) -> _ProcFile | None:
         """/proc/PID/io opened now, or None when refused (the reason left in ``_io_error``)."""
@@ -337,6 +353,16 @@ def _io_accounting_supported() -> bool:
 @functools.cache
 def _clock_ticks() -> int:
     return os.sysconf("SC_CLK_TCK")
+
+
+def _io_field(raw: bytes, name: bytes) -> int | None:
+    """One counter of /proc/PID/io (``name`` with its leading newline); None when absent."""
+    at = raw.find(name)
+    if at < 0:
+        return None
+    at += len(name)
+    end = raw.find(b"\n", at)
+    return int(raw[at : end if end >= 0 else len(raw)])
 
 
 def start_epoch(start_ticks: int) -> float:
