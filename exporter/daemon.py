@@ -44,7 +44,9 @@ from exporter.core.observe import (
     TargetWorld,
     advance,
     attribute_gpu_memory,
+    forget_departed,
     host_readings,
+    note_instance,
     observe,
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
@@ -288,20 +290,26 @@ class Daemon:
             _target_readings(w, by_source, done, self._followed_step)
             for w, done in zip(self._watched, completions, strict=True)
         ]
+        for w, r in zip(self._watched, readings, strict=True):
+            note_instance(w.world, r)
         attribution = attribute_gpu_memory(
             gpu,
-            {
+            {  # an exited (zombie) main's tree is over: what it left behind is orphaned
                 w.target.name: r.process.pids
                 for w, r in zip(self._watched, readings, strict=True)
-                if r.process is not None
+                if r.process is not None and not r.process.zombie
             },
+            {w.target.name: w.world.previous_pids for w in self._watched if w.world.previous_pids},
         )
         targets = []
         for w, r in zip(self._watched, readings, strict=True):
             seen = observe(
                 w.target.name, w.world, r, host, gpu, attribution, gpus=w.target.gpus, now=now
             )
+            forget_departed(w.world, w.target.name, attribution)
             target = self._advance(w, seen.observation, now, seen.gpu_memory_bytes)
+            orphaned = tuple(sorted(attribution.orphaned.get(w.target.name, {}).items()))
+            target = replace(target, orphaned_gpu_memory_bytes=orphaned)
             targets.append(_with_log_backlog(target, w, r.logs, now))
             self._schedule_completion(w, now)
         statuses.append(self._history_status())

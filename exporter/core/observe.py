@@ -85,25 +85,33 @@ class GpuAttribution:
         foreign: GPU index -> bytes held by visible processes of no target.
         unattributed_pids: distinct pids NVML lists that are not in our PID namespace.
         unattributed: GPU index -> bytes held by those pids (owner unknown, not foreign).
+        orphaned: target -> GPU index -> bytes still held by processes of the target's
+            previous, dead instance (workers left behind by a crash or a ``docker rm -f``).
     """
 
     per_target: dict[str, dict[int, int]]
     foreign: dict[int, int]
     unattributed_pids: int
     unattributed: dict[int, int] = field(default_factory=dict)
+    orphaned: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 def attribute_gpu_memory(
-    reading: GpuReading, target_pids: Mapping[str, Collection[int]]
+    reading: GpuReading,
+    target_pids: Mapping[str, Collection[int]],
+    previous_pids: Mapping[str, Collection[int]] | None = None,
 ) -> GpuAttribution:
     """Join NVML's per-process memory to the targets' process trees.
 
     Args:
         reading: one GPU sample; each process says whether its pid is visible to us.
         target_pids: target name -> every pid of its process tree.
+        previous_pids: target name -> the pids its previous instance had when it ended.
     """
     owner = {pid: target for target, pids in target_pids.items() for pid in pids}
+    left_by = {pid: t for t, pids in (previous_pids or {}).items() for pid in pids}
     per_target: dict[str, dict[int, int]] = {target: {} for target in target_pids}
+    orphaned: dict[str, dict[int, int]] = {}
     foreign: dict[int, int] = {}
     unattributed: dict[int, int] = {}
     hidden: set[int] = set()
@@ -111,6 +119,8 @@ def attribute_gpu_memory(
         target = owner.get(proc.pid)
         if target is not None:
             bucket = per_target[target]
+        elif proc.pid in left_by and proc.visible:
+            bucket = orphaned.setdefault(left_by[proc.pid], {})
         elif proc.visible:
             bucket = foreign
         else:
@@ -118,7 +128,7 @@ def attribute_gpu_memory(
             bucket = unattributed
         if proc.used_memory_bytes is not None:
             bucket[proc.gpu_index] = bucket.get(proc.gpu_index, 0) + proc.used_memory_bytes
-    return GpuAttribution(per_target, foreign, len(hidden), unattributed)
+    return GpuAttribution(per_target, foreign, len(hidden), unattributed, orphaned)
 
 
 @dataclass
@@ -133,6 +143,38 @@ class TargetWorld:
     classifier: LogClassifier
     #: The last classified line with its numbers blanked, to tell a flood of repeats.
     last_line_key: str | None = None
+    #: Every pid of the current instance's tree as last seen, and of the previous instance
+    #: as it ended: its workers may outlive it and keep GPU memory (``attribute_gpu_memory``).
+    pids: frozenset[int] = frozenset()
+    previous_pids: frozenset[int] = frozenset()
+
+
+def note_instance(world: TargetWorld, readings: TargetReadings) -> None:
+    """Remember the tree's pids; a replaced or ended instance's pids become the previous.
+
+    Before the GPU join of the tick, so workers left by an engine that died this tick are
+    orphaned at once, not foreign for a tick.
+    """
+    process = readings.process
+    # A zombie main has lost its children to a reaper already: the last live tree counts.
+    ended = (process is None and readings.process_error is None) or (
+        process is not None and process.zombie
+    )
+    replaced = process is not None and _new_process(world.state, process)
+    if (ended or replaced) and world.pids:
+        world.previous_pids = world.pids
+        world.pids = frozenset()
+    if process is not None and not process.zombie:
+        world.pids = frozenset(process.pids)
+
+
+def forget_departed(world: TargetWorld, name: str, attribution: GpuAttribution) -> None:
+    """Once no process of the previous instance holds GPU memory, stop looking for them.
+
+    A pid the kernel hands out again later is then never taken for an orphan.
+    """
+    if world.previous_pids and name not in attribution.orphaned:
+        world.previous_pids = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

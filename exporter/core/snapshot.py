@@ -33,6 +33,8 @@ class TargetSnapshot:
             "usually ready in 10m40s"; None without history.
         log_backlog_bytes: log bytes written and not read yet; None without a log file.
         log_lag_seconds: how long the log source has been behind (0 when caught up).
+        orphaned_gpu_memory_bytes: per GPU index, memory still held by processes of the
+            target's previous, dead instance: the next start will likely run short of it.
     """
 
     info: TargetInfo
@@ -43,6 +45,7 @@ class TargetSnapshot:
     typical_start_seconds: float | None = None
     log_backlog_bytes: int | None = None
     log_lag_seconds: float | None = None
+    orphaned_gpu_memory_bytes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

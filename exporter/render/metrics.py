@@ -270,6 +270,12 @@ def _process_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
         "GPU memory held by the server's process tree, per GPU" + _TICK_NOTE,
         ("target", "gpu"),
     )
+    orphaned = _gauge(
+        "inference_server_orphaned_gpu_memory_bytes",
+        "GPU memory still held by processes of the server's previous, dead instance (workers "
+        "left behind), per GPU; absent when none" + _TICK_NOTE,
+        ("target", "gpu"),
+    )
     for t in targets:
         p, name = t.process, t.info.name
         if p is not None:
@@ -281,7 +287,9 @@ def _process_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
                 reads.add_metric([name], float(p.read_bytes))
         for index, used in t.gpu_memory_bytes:
             gpu.add_metric([name, str(index)], float(used))
-    yield from (start, rss, count, reads, cpu, gpu)
+        for index, used in t.orphaned_gpu_memory_bytes:
+            orphaned.add_metric([name, str(index)], float(used))
+    yield from (start, rss, count, reads, cpu, gpu, orphaned)
 
 
 def _history_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:

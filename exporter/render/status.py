@@ -103,6 +103,7 @@ def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> Targe
         "loader_bytes_per_second": s.loader_bytes_per_second,
         "download_bytes": s.download_bytes,
         "download_bytes_per_second": s.download_bytes_per_second,
+        "orphaned_gpu_memory_bytes": {str(i): b for i, b in t.orphaned_gpu_memory_bytes},
         "restarts": s.counters.restarts,
         "seconds_since_progress": s.seconds_since_progress,
         "timeline": _timeline(s, now),

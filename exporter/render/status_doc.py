@@ -133,6 +133,8 @@ class TargetDoc(TypedDict):
     #: Bytes the tree wrote while downloading the model (0 when it never downloaded).
     download_bytes: int
     download_bytes_per_second: float | None
+    #: GPU index -> bytes still held by the previous, dead instance's processes.
+    orphaned_gpu_memory_bytes: dict[str, int]
     restarts: int
     seconds_since_progress: float | None
     timeline: list[TimelineRowDoc]

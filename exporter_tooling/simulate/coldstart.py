@@ -464,6 +464,8 @@ class ColdStart:
                 stop_after=None if hang is None else int(cfg.weights_bytes * hang / cfg.gpus),
                 cleanup=tuple(self._created) if rank == 0 else (),
                 cleanup_dir=self._dir if rank == 0 and self._own_dir else None,
+                linger_seconds=4 * cfg.flap_seconds if cfg.plan.orphan_workers else 0.0,
+                gpu_state=cfg.gpu_state_file if rank == 0 else None,
             )
             self._workers.append(Worker(plan))
 
@@ -482,6 +484,9 @@ class ColdStart:
 
     def _shut_down(self) -> None:
         self._server.close()
+        if self.cfg.plan.orphan_workers and self._workers:
+            # Crashed: the workers live on with their GPU memory and clean up themselves.
+            return
         for worker in self._workers:
             worker.stop()
         for worker in self._workers:

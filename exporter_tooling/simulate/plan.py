@@ -38,6 +38,7 @@ class Scenario(enum.StrEnum):
     FLAP = "flap"
     SLEEP_WAKE = "sleep-wake"
     DOWNLOAD = "download"
+    ORPHANED_WORKERS = "orphaned-workers"
     HANG_DOWNLOADING = "hang-downloading"
 
 
@@ -59,6 +60,8 @@ class ScenarioPlan:
         download: the weights are downloaded first (``*.incomplete`` files written at
             ``--read-mbps``), then loaded.
         hang_download_at: fraction of the download after which it stops for good.
+        orphan_workers: the crash leaves the workers alive, holding their GPU memory, for
+            four ``--flap-seconds`` (vLLM and Dynamo issues report such leftovers).
     """
 
     rate_factor: float = 1.0
@@ -72,6 +75,7 @@ class ScenarioPlan:
     sleep_wake: bool = False
     download: bool = False
     hang_download_at: float | None = None
+    orphan_workers: bool = False
 
 
 SCENARIOS: Final[dict[Scenario, ScenarioPlan]] = {
@@ -85,6 +89,7 @@ SCENARIOS: Final[dict[Scenario, ScenarioPlan]] = {
     Scenario.FLAP: ScenarioPlan(flap=True),
     Scenario.SLEEP_WAKE: ScenarioPlan(sleep_wake=True),
     Scenario.DOWNLOAD: ScenarioPlan(download=True),
+    Scenario.ORPHANED_WORKERS: ScenarioPlan(crash_load_at=0.5, orphan_workers=True),
     Scenario.HANG_DOWNLOADING: ScenarioPlan(download=True, hang_download_at=0.5),
 }
 
@@ -204,6 +209,10 @@ class WorkerPlan:
         stop_after: stop reading for good after this many bytes (the hang scenario).
         cleanup: files to remove when the parent died without removing them.
         cleanup_dir: directory to remove (when empty) after those files.
+        linger_seconds: after the parent died, live on this long holding the GPU, as a
+            worker left behind by a crashed engine does (0: die with the parent).
+        gpu_state: the simulated GPU state file, emptied when a lingering worker ends (the
+            driver frees a process's memory when it exits).
     """
 
     rank: int
@@ -214,6 +223,8 @@ class WorkerPlan:
     stop_after: int | None = None
     cleanup: tuple[Path, ...] = ()
     cleanup_dir: Path | None = None
+    linger_seconds: float = 0.0
+    gpu_state: Path | None = None
 
     def to_json(self) -> str:
         """Encode for the worker's command line."""
@@ -227,6 +238,8 @@ class WorkerPlan:
                 "stop_after": self.stop_after,
                 "cleanup": [str(p) for p in self.cleanup],
                 "cleanup_dir": str(self.cleanup_dir) if self.cleanup_dir else None,
+                "linger_seconds": self.linger_seconds,
+                "gpu_state": str(self.gpu_state) if self.gpu_state else None,
             }
         )
 
@@ -243,4 +256,6 @@ class WorkerPlan:
             stop_after=None if raw["stop_after"] is None else int(raw["stop_after"]),
             cleanup=tuple(Path(p) for p in raw["cleanup"]),
             cleanup_dir=Path(raw["cleanup_dir"]) if raw["cleanup_dir"] else None,
+            linger_seconds=float(raw.get("linger_seconds", 0.0)),
+            gpu_state=Path(raw["gpu_state"]) if raw.get("gpu_state") else None,
         )

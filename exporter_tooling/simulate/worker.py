@@ -20,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
+from exporter_tooling.simulate.gpustate import write_gpu_state
 from exporter_tooling.simulate.plan import ALIGN, WorkerPlan, chunk_size
 
 #: prctl(2) option: signal this process when its parent dies.
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one worker: wait for ``load`` on stdin, read, then idle until ``stop`` or SIGTERM."""
     args = sys.argv[1:] if argv is None else argv
     plan = WorkerPlan.from_json(args[0])
-    _die_with_parent()
+    if not plan.linger_seconds:
+        _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process to handle
     commands = _Commands()
     try:
@@ -119,8 +121,21 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             # Nobody reads our stdout any more; spare stderr the flush-at-exit BrokenPipeError.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _linger(plan)
         _clean_up_if_orphaned(plan)
     return 0
+
+
+def _linger(plan: WorkerPlan) -> None:
+    """A worker left behind: hold the GPU a while, then free it as the driver would."""
+    if not plan.linger_seconds:
+        return
+    time.sleep(plan.linger_seconds)
+    if plan.gpu_state is not None:
+        with contextlib.suppress(OSError):
+            text = plan.gpu_state.read_text()
+            kept = [ln for ln in text.splitlines() if not ln.startswith("proc ")]
+            write_gpu_state(plan.gpu_state, "\n".join(kept) + "\n")
 
 
 def _clean_up_if_orphaned(plan: WorkerPlan) -> None:

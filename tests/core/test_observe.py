@@ -20,7 +20,9 @@ from exporter.core.observe import (
     TargetReadings,
     TargetWorld,
     attribute_gpu_memory,
+    forget_departed,
     host_readings,
+    note_instance,
     observe,
 )
 from exporter.engines import ENGINES
@@ -78,3 +80,37 @@ def test_host_readings_keep_each_value_under_its_source_name_and_type():
         {"memory_pressure": pressure, "disk": "not a disk sample", "nvml": object()}
     )
     assert host.memory_pressure == pressure and host.disk is None
+
+
+def test_workers_of_an_ended_instance_are_its_orphans_until_they_let_go():
+    w = world()
+    note_instance(w, TargetReadings(process=PROC))  # main 10, worker 11
+    assert w.pids == {10, 11} and not w.previous_pids
+    note_instance(w, TargetReadings(process=None))  # the engine is gone; its worker is not
+    assert w.previous_pids == {10, 11} and not w.pids
+    gpu = GpuReading(gpus=(), processes=(GpuProcess(0, 11, 70 * GIB), GpuProcess(1, 77, GIB)))
+    joined = attribute_gpu_memory(gpu, {}, {"vllm": w.previous_pids})
+    assert joined.orphaned == {"vllm": {0: 70 * GIB}}
+    assert joined.foreign == {1: GIB}  # only what no instance of ours left
+    forget_departed(w, "vllm", joined)
+    assert w.previous_pids == {10, 11}
+    freed = attribute_gpu_memory(GpuReading(gpus=()), {}, {"vllm": w.previous_pids})
+    forget_departed(w, "vllm", freed)
+    assert not w.previous_pids  # a pid handed out again later is never taken for an orphan
+
+
+def test_a_replaced_or_exited_instance_leaves_its_last_live_tree_behind():
+    w = world()
+    w.state = replace(w.state, pid=10, create_time=100.0)
+    note_instance(w, TargetReadings(process=PROC))
+    zombie = replace(PROC, zombie=True)
+    note_instance(w, TargetReadings(process=zombie))  # exited, not reaped yet
+    assert w.previous_pids == {10, 11} and not w.pids
+    w2 = world()
+    w2.state = replace(w2.state, pid=10, create_time=100.0)
+    note_instance(w2, TargetReadings(process=PROC))
+    note_instance(w2, TargetReadings(process=ProcessSample(20, 500.0, (20,), 1, 0.0, 0)))
+    assert w2.previous_pids == {10, 11} and w2.pids == {20}
+    failed = TargetReadings(process=None, process_error="permission_denied")
+    note_instance(w2, failed)  # the source failing says nothing about the instance
+    assert w2.pids == {20}

@@ -7,7 +7,10 @@ real pynvml binding (no GPU here), so the wake's GPU memory climb is seen as on 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 
 import pytest
 
@@ -97,3 +100,48 @@ def test_a_download_that_stops_is_flagged_stalled_after_the_threshold(tmp_path):
         stalled = exp.wait_for(lambda t: t["stalled"], "dl", timeout=20)
         assert stalled["phase"] == "downloading"
         assert stalled["seconds_since_progress"] >= 2.0
+
+
+# --- the previous instance's leftovers -------------------------------------------------------
+
+
+def _leftover_pids(sim) -> list[int]:
+    text = sim.gpu_state.read_text() if sim.gpu_state.exists() else ""
+    return [int(ln.split()[2]) for ln in text.splitlines() if ln.startswith("proc ")]
+
+
+def test_workers_left_by_a_crashed_start_are_its_orphans_not_foreign(tmp_path, nvml_dir):
+    with (
+        simulator(
+            tmp_path,
+            scenario="orphaned-workers",
+            weights_mb=32,
+            read_mbps=8.0,
+            gpus=2,
+            extra=["--flap-seconds", "2"],
+        ) as sim,
+        exporter(
+            tmp_path,
+            target_toml("crashy", sim, completion=False),
+            interval=INTERVAL,
+            env={"SIMULATED_NVML_STATE": str(sim.gpu_state)},
+            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+        ) as exp,
+    ):
+        try:
+            failed = exp.wait_for(lambda t: t["phase"] == "failed", "crashy", timeout=60)
+            assert failed["failure_reason"] == "crash"
+            left = exp.wait_for(lambda t: t["orphaned_gpu_memory_bytes"], "crashy", timeout=10)
+            assert set(left["orphaned_gpu_memory_bytes"]) == {"0", "1"}  # both ranks stayed
+            metrics = exp.metrics()
+            assert re.search(
+                r'inference_server_orphaned_gpu_memory_bytes\{gpu="0",target="crashy"\} [1-9]',
+                metrics,
+            )
+            assert "inference_gpu_foreign_memory_used_bytes{" not in metrics  # not foreign
+            # The leftovers end (8 s later): the memory is freed and the orphans are gone.
+            exp.wait_for(lambda t: not t["orphaned_gpu_memory_bytes"], "crashy", timeout=20)
+        finally:
+            for pid in _leftover_pids(sim):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)

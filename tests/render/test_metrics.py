@@ -142,6 +142,7 @@ def snapshot():
                 typical_start_seconds=690.0,
                 log_backlog_bytes=24 << 20,
                 log_lag_seconds=3.0,
+                orphaned_gpu_memory_bytes=((3, 70 * GiB),),  # left by its crashed instance
             ),
         ),
         gpus=gpus,

@@ -82,6 +82,11 @@
     h.append(el("h2", "name", t.target));
     h.append(el("span", "badge phase " + phaseClass(t.phase), t.phase));
     if (t.stalled) h.append(el("span", "badge stall", "stalled"));
+    const orphaned = Object.entries(t.orphaned_gpu_memory_bytes || {});
+    if (orphaned.length) {
+      const held = orphaned.map(([gpu, n]) => "GPU " + gpu + ": " + bytes(n)).join(", ");
+      h.append(el("span", "badge stall", "held by the previous instance: " + held));
+    }
     const meta = [t.engine, t.model, t.deployment].filter(Boolean).join(" · ");
     h.append(el("span", "meta", meta));
     return h;
