@@ -38,9 +38,11 @@ from typing import Final, TypeVar
 from exporter.core.classify import reason_detail
 from exporter.core.model import (
     STARTUP_PHASES,
+    EngineReport,
     FailureReason,
     LogClass,
     LogEvent,
+    ModelState,
     Observation,
     Phase,
     ProbeOutcome,
@@ -341,6 +343,8 @@ class TargetState:
     #: Bytes the tree wrote while downloading the model, and the recent rate.
     download_bytes: int = 0
     download_bytes_per_second: float | None = None
+    #: What the engine last reported about its own startup (this instance).
+    engine_report: EngineReport | None = None
 
     @property
     def ready(self) -> bool:
@@ -452,6 +456,36 @@ def _shift(value: S, seconds: float) -> S:
             if new is not old:
                 changes[f.name] = new
     return replace(value, **changes) if changes else value  # type: ignore[type-var]
+
+
+#: Engine-timed and observed load times this far apart (seconds, and share of the longer)
+#: are worth a line in ``/status``.
+DISAGREE_SECONDS: Final = 10.0
+DISAGREE_SHARE: Final = 0.25
+
+
+def observed_load_seconds(state: TargetState) -> float | None:
+    """The loading phase of the last finished start (else of this one so far)."""
+    phases = state.last_cold_start.phase_seconds if state.last_cold_start else state.phase_seconds
+    return dict(phases).get(Phase.LOADING)
+
+
+def load_disagreement(engine: float | None, observed: float | None) -> str | None:
+    """A line for people when the engine's own load time and the observed one differ widely."""
+    if engine is None or observed is None:
+        return None
+    if abs(engine - observed) <= max(DISAGREE_SECONDS, DISAGREE_SHARE * max(engine, observed)):
+        return None
+    why = (
+        "the observed phase also holds what the engine's timer does not (imports, reads "
+        "before it, a slow first shard)"
+        if observed > engine
+        else "the observed loading phase began late (no marker, reads or GPU memory at first)"
+    )
+    return (
+        f"the engine timed its load at {engine:.0f}s, loading was observed for "
+        f"{observed:.0f}s: {why}"
+    )
 
 
 # --- evidence -------------------------------------------------------------------------------
@@ -585,6 +619,8 @@ def _next_phase(
     in_startup = prev.phase in STARTUP_PHASES
     if ev.fatal is not None and (in_startup or prev.phase is Phase.DOWN) and health != "ok":
         return Phase.FAILED, f"fatal log line: {ev.fatal}", ev.fatal
+    if in_startup and health != "ok" and (model := _failed_model(obs)) is not None:
+        return Phase.FAILED, f"model {model.name} failed to load", FailureReason.CRASH
     if health == "ok" or (health == "none" and ev.log_phase is Phase.READY and alive):
         return _ready_phase(prev, obs)
     if not alive and obs.process_error is None:
@@ -606,6 +642,12 @@ def _next_phase(
         return prev.phase, prev.reason, prev.failure_reason
     phase, reason = _startup_phase(prev, obs, ev, now, th)
     return phase, reason, None
+
+
+def _failed_model(obs: Observation) -> ModelState | None:
+    """A model the server reports it gave up loading (Triton: UNAVAILABLE with a reason)."""
+    report = obs.health.report if obs.health is not None else None
+    return next((m for m in report.models if m.failed), None) if report else None
 
 
 def _ready_phase(prev: TargetState, obs: Observation) -> tuple[Phase, str, None]:
@@ -830,6 +872,7 @@ def _begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSt
         loader_bytes_per_second=None,
         download_bytes=0,
         download_bytes_per_second=None,
+        engine_report=None,
     )
 
 
@@ -901,12 +944,13 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
     if phase is not state.phase and phase in TRANSITIONS[state.phase]:
         state = _enter(state, phase, reason, failure, now)
         if phase is Phase.FAILED:
-            decisive = ev.fatal_event if failure is ev.fatal else None
-            state = replace(state, reason_detail=reason_detail(decisive) if decisive else None)
+            state = replace(state, reason_detail=_failure_detail(ev, failure, obs))
     elif phase is state.phase and reason != state.reason:
         state = replace(state, reason=reason)
     state = _track_wake(prev, _after_probe(_track_load(state, obs), obs), ev, now)
     state = _note_loader(_track_download(state, obs, ev, dt), obs.log_events)
+    if obs.health is not None and obs.health.report is not None:
+        state = replace(state, engine_report=obs.health.report)
     if ev.kinds and state.phase in STARTUP_PHASES:
         state = _note_progress(state, now, ev.kinds)
     elif state.phase in STARTUP_PHASES and state.last_progress_at is not None:
@@ -924,6 +968,16 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
     )
     state = replace(state, progress_ratio=_progress_ratio(state, obs, th))
     return replace(state, eta_seconds=None if state.stalled else _eta(state, now, th))
+
+
+def _failure_detail(ev: _Evidence, failure: FailureReason | None, obs: Observation) -> str | None:
+    """For people: the decisive log line, or the model the server gave up on and why."""
+    if failure is ev.fatal and ev.fatal_event is not None:
+        return reason_detail(ev.fatal_event)
+    model = _failed_model(obs)
+    if model is not None:
+        return f"model {model.name} (version {model.version or '-'}): {model.reason}"
+    return None
 
 
 def _passes_through(current: Phase, announced: Phase | None) -> bool:

@@ -145,6 +145,47 @@ class DiskSample:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelState:
+    """One model of a multi-model server as the server reports it (Triton's repository).
+
+    ``state`` is the server's own word (Triton: ``LOADING``, ``READY``, ``UNAVAILABLE``);
+    ``reason`` its explanation of an unavailable model, redacted and cut.
+    """
+
+    name: str
+    version: str
+    state: str
+    reason: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """The server gave up on this model: unavailable with a reason other than unloaded.
+
+        Triton in explicit model control lists models not asked for yet as UNAVAILABLE,
+        reason "unloaded": waiting, not failed.
+        """
+        reason = (self.reason or "").strip().lower()
+        return self.state.upper() == "UNAVAILABLE" and reason not in ("", "unloaded")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineReport:
+    """What an engine says about its own startup (ENGINES.md section 8); None: unsaid.
+
+    Attributes:
+        load_seconds: the weights' load, as the engine timed it.
+        startup_seconds: its whole startup, as it timed it.
+        steps: its own startup steps and their seconds, in its own names.
+        models: per-model load states of a multi-model server.
+    """
+
+    load_seconds: float | None = None
+    startup_seconds: float | None = None
+    steps: tuple[tuple[str, float], ...] = ()
+    models: tuple[ModelState, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ProbeResult:
     """One HTTP probe of a target's endpoint.
 
@@ -168,6 +209,8 @@ class ProbeResult:
     loading: bool = False
     #: The engine says it is in sleep mode (vLLM ``/is_sleeping``); None when it does not say.
     sleeping: bool | None = None
+    #: What the engine reports about its own startup, asked beside the health probe.
+    report: EngineReport | None = None
 
     @property
     def ok(self) -> bool:

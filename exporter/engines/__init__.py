@@ -5,10 +5,19 @@ Adding an engine is adding an ``Engine`` entry (and its log profile), not a code
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Final
 
 from exporter.engines.profile import LogProfile
+
+
+class ReportKind(enum.StrEnum):
+    """Where an engine reports on its own startup (``exporter.sources.engine_reports``)."""
+
+    TRTLLM_SERVER_INFO = "trtllm_server_info"
+    SGLANG_METRICS = "sglang_metrics"
+    TRITON_INDEX = "triton_index"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +39,7 @@ class Engine:
             Triton runs vLLM or TensorRT-LLM backends): when both are recognised, this wins.
         sleep_path: endpoint that says whether a ready server sleeps (vLLM sleep mode,
             ENGINES.md section 8), asked after each good health probe; None: no sleep mode.
+        report: where it reports on its own startup (ENGINES.md section 8), if anywhere.
     """
 
     name: str
@@ -41,6 +51,7 @@ class Engine:
     process_words: str = ""
     embeds: tuple[str, ...] = ()
     sleep_path: str | None = None
+    report: ReportKind | None = None
 
 
 def _builtin() -> dict[str, Engine]:
@@ -58,7 +69,13 @@ def _builtin() -> dict[str, Engine]:
     )
 
     engines = [
-        Engine("sglang", "SGLang", log=sglang.LOG_PROFILE, process_words=r"sglang"),
+        Engine(
+            "sglang",
+            "SGLang",
+            log=sglang.LOG_PROFILE,
+            process_words=r"sglang",
+            report=ReportKind.SGLANG_METRICS,
+        ),
         Engine(
             "vllm",
             "vLLM",
@@ -84,6 +101,7 @@ def _builtin() -> dict[str, Engine]:
             "TensorRT-LLM (trtllm-serve)",
             log=trtllm.LOG_PROFILE,
             process_words=r"trtllm-serve",
+            report=ReportKind.TRTLLM_SERVER_INFO,
         ),
         Engine(
             "triton",
@@ -92,6 +110,7 @@ def _builtin() -> dict[str, Engine]:
             log=triton.LOG_PROFILE,
             process_words=r"tritonserver",
             embeds=("vllm", "trtllm"),
+            report=ReportKind.TRITON_INDEX,
         ),
         Engine(
             "ollama",

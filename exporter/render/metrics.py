@@ -20,7 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from exporter.core.lifecycle import Histogram
+from exporter.core.lifecycle import Histogram, observed_load_seconds
 from exporter.core.model import FailureReason, LogClass, Phase, ProbeKind
 from exporter.core.snapshot import Snapshot, TargetSnapshot
 
@@ -318,7 +318,19 @@ def _history_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
         "awake; never counted as cold starts. Absent for a target until it woke once.",
         labels=["target"],
     )
+    load = _gauge(
+        "inference_server_load_duration_seconds",
+        "Weight-load time of the last start as the engine timed it (source=engine) beside the "
+        "observed loading phase (source=observed); only for engines that report it.",
+        ("target", "source"),
+    )
     for t in targets:
+        reported = t.state.engine_report.load_seconds if t.state.engine_report else None
+        if reported is not None:
+            load.add_metric([t.info.name, "engine"], reported)
+            observed = observed_load_seconds(t.state)
+            if observed is not None:
+                load.add_metric([t.info.name, "observed"], observed)
         counted = t.state.counters
         hist.add_metric(
             [t.info.name], _buckets(counted.cold_starts), counted.cold_starts.sum_seconds
@@ -331,7 +343,7 @@ def _history_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
             last.add_metric([t.info.name], cold.duration_seconds)
             for phase, seconds in cold.phase_seconds:
                 phases.add_metric([t.info.name, phase.value], seconds)
-    yield from (hist, wakes, last, typical, phases)
+    yield from (hist, wakes, last, typical, phases, load)
 
 
 def _buckets(hist: Histogram) -> list[tuple[str, float]]:

@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import json
 
-from exporter.core.lifecycle import ColdStart, TargetState, Transition
+from exporter.core.lifecycle import (
+    ColdStart,
+    TargetState,
+    Transition,
+    load_disagreement,
+    observed_load_seconds,
+)
 from exporter.core.model import GpuSample, LogEvent, Phase, ProbeResult
 from exporter.core.snapshot import Snapshot, TargetSnapshot
 from exporter.render.status_doc import (
     ColdStartDoc,
+    EngineReportDoc,
     GpuDoc,
     GpuMemoryDoc,
     LineDoc,
@@ -104,6 +111,7 @@ def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> Targe
         "download_bytes": s.download_bytes,
         "download_bytes_per_second": s.download_bytes_per_second,
         "orphaned_gpu_memory_bytes": {str(i): b for i, b in t.orphaned_gpu_memory_bytes},
+        "engine_report": _engine_report(s),
         "restarts": s.counters.restarts,
         "seconds_since_progress": s.seconds_since_progress,
         "timeline": _timeline(s, now),
@@ -180,6 +188,24 @@ def transition_json(x: Transition) -> TransitionDoc:
 
 def _line(e: LogEvent) -> LineDoc:
     return {"at": e.at, "class": e.cls.value, "text": e.text}
+
+
+def _engine_report(s: TargetState) -> EngineReportDoc | None:
+    r = s.engine_report
+    if r is None:
+        return None
+    observed = observed_load_seconds(s)
+    return {
+        "load_seconds": r.load_seconds,
+        "startup_seconds": r.startup_seconds,
+        "steps": dict(r.steps),
+        "models": [
+            {"name": m.name, "version": m.version, "state": m.state, "reason": m.reason}
+            for m in r.models
+        ],
+        "observed_load_seconds": observed,
+        "disagreement": load_disagreement(r.load_seconds, observed),
+    }
 
 
 def _wake(s: TargetState) -> WakeDoc | None:

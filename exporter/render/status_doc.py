@@ -57,6 +57,28 @@ LineDoc = TypedDict("LineDoc", {"at": float, "class": str, "text": str})
 LineDoc.__doc__ = """One notable log line, already redacted."""
 
 
+class ModelDoc(TypedDict):
+    """One model of a multi-model server, as the server reports it."""
+
+    name: str
+    version: str
+    state: str
+    reason: str | None
+
+
+class EngineReportDoc(TypedDict):
+    """What the engine reports about its own startup, beside what was observed."""
+
+    load_seconds: float | None
+    startup_seconds: float | None
+    steps: dict[str, float]
+    models: list[ModelDoc]
+    #: The observed loading phase of the last finished start, to compare.
+    observed_load_seconds: float | None
+    #: A line when the engine's and the observed load time disagree widely.
+    disagreement: str | None
+
+
 class WakeDoc(TypedDict):
     """The last wake from sleep mode (not a cold start)."""
 
@@ -135,6 +157,7 @@ class TargetDoc(TypedDict):
     download_bytes_per_second: float | None
     #: GPU index -> bytes still held by the previous, dead instance's processes.
     orphaned_gpu_memory_bytes: dict[str, int]
+    engine_report: EngineReportDoc | None
     restarts: int
     seconds_since_progress: float | None
     timeline: list[TimelineRowDoc]

@@ -25,15 +25,22 @@ import httpx
 
 from exporter import __version__
 from exporter.config import Target
-from exporter.core.model import ProbeKind, ProbeOutcome, ProbeResult
+from exporter.core.model import EngineReport, ProbeKind, ProbeOutcome, ProbeResult
+from exporter.engines import ReportKind
 from exporter.errors import ConfigError
 from exporter.sources import Scope
+from exporter.sources.engine_reports import LIVE, REQUESTS, read_report
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES: Final = 65536
 #: After a sleep-state endpoint answered 404 or 405, ask again only after this long.
 SLEEP_RETRY_SECONDS: Final = 300.0
+#: A ready server's live report is asked this often; one that gave none, after this long.
+REPORT_EVERY_SECONDS: Final = 5.0
+REPORT_RETRY_SECONDS: Final = 30.0
+#: An engine's /metrics is larger than a health reply: its own, higher cap.
+REPORT_MAX_BODY_BYTES: Final = 4 << 20
 # wbits 32+15: zlib auto-detects a gzip or zlib header, so "deflate" sent zlib-wrapped works too.
 _AUTO_WBITS: Final = 32 | zlib.MAX_WBITS
 _DECODED_ENCODINGS: Final = frozenset({"gzip", "x-gzip", "deflate"})
@@ -351,6 +358,9 @@ class Prober:
         )
         self._last: dict[ProbeKind, ProbeOutcome] = {}
         self._sleep_retry_at = 0.0
+        self._report: EngineReport | None = None
+        self._report_final = False
+        self._report_due = 0.0
 
     def probe_health(self) -> ProbeResult:
         """GET the engine's health path; OK on any 2xx. Never raises."""
@@ -366,7 +376,46 @@ class Prober:
         if health.ok and self._target.profile.sleep_path is not None:
             budget = self._timeout - health.duration_seconds
             health = replace(health, sleeping=self._ask_sleeping(budget))
-        return health
+        report = self._engine_report(health)
+        return health if report is None else replace(health, report=report)
+
+    def _engine_report(self, health: ProbeResult) -> EngineReport | None:
+        """What the engine reports on its own startup, asked when it can say something new.
+
+        A live report (Triton's per-model states) is asked on every tick the server answers
+        until it is ready, then every ``REPORT_EVERY_SECONDS``; a summary (TensorRT-LLM's and
+        SGLang's startup seconds) once the server is ready, again after a restart. Between
+        asks the last report stands; a server that stopped answering has none.
+        """
+        kind = self._target.profile.report
+        if kind is None:
+            return None
+        if health.status_code is None:  # not listening: a new instance reports anew
+            self._report, self._report_final = None, False
+            return None
+        now = time.monotonic()
+        if kind in LIVE:
+            due = not health.ok or now >= self._report_due
+        else:
+            due = health.ok and not self._report_final and now >= self._report_due
+        if due:
+            budget = self._timeout - health.duration_seconds - (time.monotonic() - now)
+            fetched = self._fetch_report(kind, budget)
+            self._report_due = now + (REPORT_EVERY_SECONDS if fetched else REPORT_RETRY_SECONDS)
+            if fetched is not None:
+                self._report, self._report_final = fetched, kind not in LIVE
+        return self._report
+
+    def _fetch_report(self, kind: ReportKind, budget: float) -> EngineReport | None:
+        method, path, body = REQUESTS[kind]
+        reply = _Reply()
+        try:
+            self._request(method, path, body, reply, max(budget, 0.05), REPORT_MAX_BODY_BYTES)
+        except _Failed:
+            return None
+        if reply.status is None or not 200 <= reply.status < 300:
+            return None  # not offered by this version or these flags: normal, never an error
+        return read_report(kind, reply.body)
 
     def probe_completion(self) -> ProbeResult:
         """POST a tiny greedy completion; OK only on 2xx JSON with ``choices``. Never raises."""
@@ -406,12 +455,19 @@ class Prober:
         return result
 
     def _request(
-        self, method: str, path: str, content: bytes | None, reply: _Reply, timeout: float
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        reply: _Reply,
+        timeout: float,
+        cap: int | None = None,
     ) -> None:
         """One bounded exchange into ``reply``; any failure as ``_Failed`` with its outcome."""
         dog = _Watchdog(timeout)
         try:
-            self._exchange(method, path, content, reply, time.monotonic() + timeout, dog)
+            deadline = time.monotonic() + timeout
+            self._exchange(method, path, content, reply, deadline, dog, cap or self._cap)
         except Exception as exc:
             outcome = _classify(exc, dog.fired)
             if outcome is ProbeOutcome.ERROR:
@@ -460,6 +516,7 @@ class Prober:
         reply: _Reply,
         deadline: float,
         dog: _Watchdog,
+        cap: int,
     ) -> None:
         remaining = max(deadline - time.monotonic(), 0.001)
         headers = {"Content-Type": "application/json"} if content is not None else None
@@ -475,7 +532,7 @@ class Prober:
         try:
             reply.status = response.status_code
             if not _body_ignored(response.status_code):
-                reply.body = _read_body(response, self._cap, deadline)
+                reply.body = _read_body(response, cap, deadline)
         finally:
             fired = dog.disarm()  # before close(): the socket must not be touched once released
             response.close()

@@ -127,6 +127,7 @@ class ColdStart:
         self._serving = False
         self._listening = False
         self._last_completion = -math.inf
+        self._load_seconds = 0.0
         self._origin = time.monotonic()
         self._server = SimServer(cfg.engine, cfg.host, cfg.port, MODEL_NAME, self._on_request)
         self._publisher: GpuStatePublisher | None = None
@@ -215,6 +216,7 @@ class ColdStart:
         took = time.monotonic() - started
         final = shard_bar(self.script.shard_bar, shards, shards, took)
         self._ctx.update(load_s=took, load_total_s=took + 0.2, final_bar=final)
+        self._load_seconds = took
         self._say(self.script.load_end)
 
     def _become_ready(self) -> float:
@@ -231,6 +233,10 @@ class ColdStart:
             self._sleep_until(time.monotonic() + warmup)
             ready_at = time.time()
         self._server.health = Health.READY
+        self._server.startup = {
+            "load": self._load_seconds,
+            "total": time.monotonic() - self._origin,
+        }
         self._say(self.script.ready)
         return ready_at
 

@@ -12,7 +12,7 @@ import json
 import socketserver
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Final
@@ -60,13 +60,25 @@ def health_paths(engine: SimEngine) -> frozenset[str]:
 
 
 def respond(
-    engine: SimEngine, health: Health, method: str, path: str, body: bytes, model: str
+    engine: SimEngine,
+    health: Health,
+    method: str,
+    path: str,
+    body: bytes,
+    model: str,
+    startup: Mapping[str, float] | None = None,
 ) -> Reply:
-    """The reply of ``engine`` in state ``health`` to one request (pure, for the tests too)."""
+    """The reply of ``engine`` in state ``health`` to one request (pure, for the tests too).
+
+    ``startup`` holds the seconds the start took (``load``, ``total``) once it is over:
+    SGLang reports them on ``/metrics`` (ENGINES.md section 8).
+    """
     if health is Health.LOADING:
         return Reply(503, LOADING_BODY, _LLAMA_JSON)
     if path in health_paths(engine):
         return _health_reply(engine, health)
+    if path == "/metrics" and method == "GET" and engine is SimEngine.SGLANG and startup:
+        return Reply(200, sglang_metrics(model, startup), "text/plain; version=0.0.4")
     if path == "/is_sleeping" and engine is SimEngine.VLLM and method == "GET":
         return _json_reply(engine, {"is_sleeping": health is Health.SLEEPING})
     if path == "/v1/completions":
@@ -80,6 +92,23 @@ def respond(
     if path == "/v1/models" and method == "GET":
         return _json_reply(engine, {"object": "list", "data": [{"id": model, "object": "model"}]})
     return _error(engine, 404, "Not Found")
+
+
+def sglang_metrics(model: str, startup: Mapping[str, float]) -> bytes:
+    """SGLang's /metrics with its startup gauges (the rest of its families left out)."""
+    labels = f'{{model_name="{model}"}}'
+    lines = [
+        "# HELP sglang:engine_startup_time The time taken for the engine to start up.",
+        "# TYPE sglang:engine_startup_time gauge",
+        f"sglang:engine_startup_time{labels} {startup['total']:.6f}",
+        "# HELP sglang:engine_load_weights_time The time taken for the engine to load weights.",
+        "# TYPE sglang:engine_load_weights_time gauge",
+        f"sglang:engine_load_weights_time{labels} {startup['load']:.6f}",
+        "# HELP sglang:num_running_reqs The number of running requests.",
+        "# TYPE sglang:num_running_reqs gauge",
+        f"sglang:num_running_reqs{labels} 0.0",
+    ]
+    return ("\n".join(lines) + "\n").encode()
 
 
 def _health_reply(engine: SimEngine, health: Health) -> Reply:
@@ -193,7 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             body = self.rfile.read(length) if length > 0 else b""
             path = self.path.split("?", 1)[0]
-            reply = respond(sim.engine, sim.health, method, path, body, sim.model)
+            reply = respond(sim.engine, sim.health, method, path, body, sim.model, sim.startup)
         self.send_response(reply.status)
         self.send_header("Content-Type", reply.content_type)
         self.send_header("Content-Length", str(len(reply.body)))
@@ -221,6 +250,8 @@ class SimServer:
         self.model = model
         self.on_request = on_request
         self.health = Health.LOADING
+        #: Seconds the start took (``load``, ``total``), set once it is over.
+        self.startup: dict[str, float] = {}
         self.server_header = "llama.cpp" if engine is SimEngine.LLAMACPP else "uvicorn"
         self._httpd = _HTTPServer(self, (host, port))
         self._bound = False

@@ -22,9 +22,11 @@ from exporter.core.lifecycle import (
 )
 from exporter.core.model import (
     STARTUP_PHASES,
+    EngineReport,
     FailureReason,
     LogClass,
     LogEvent,
+    ModelState,
     Observation,
     Phase,
     ProbeKind,
@@ -577,3 +579,36 @@ def test_the_loader_a_start_names_is_kept_with_its_throughput_until_the_next_ins
     assert states[3].loader_bytes_per_second == pytest.approx(1.2 * GiB)
     assert states[1].phase is Phase.LOADING
     assert (states[4].loader, states[4].loader_bytes_per_second) == (None, None)
+
+
+def test_a_model_the_server_gave_up_on_fails_the_start_naming_it_and_why():
+    bad = ModelState("mistral", "1", "UNAVAILABLE", "load failed: CUDA out of memory")
+    waiting = ModelState("later", "1", "UNAVAILABLE", "unloaded")
+    good = ModelState("llama", "1", "READY")
+    not_ready = health(ProbeOutcome.HTTP_STATUS, 400)
+    p = proc()
+    states = run_trace(
+        [
+            (0, {"process": p, "health": REFUSED}),
+            (
+                5,
+                {
+                    "process": p,
+                    "health": replace(not_ready, report=EngineReport(models=(good, waiting))),
+                },
+            ),
+            (
+                9,
+                {
+                    "process": p,
+                    "health": replace(not_ready, report=EngineReport(models=(good, bad))),
+                },
+            ),
+        ]
+    )
+    assert states[1].phase in STARTUP_PHASES  # a model not asked for yet is no failure
+    failed = states[2]
+    assert failed.phase is Phase.FAILED and failed.failure_reason is FailureReason.CRASH
+    assert failed.reason == "model mistral failed to load"
+    assert failed.reason_detail == "model mistral (version 1): load failed: CUDA out of memory"
+    assert failed.engine_report is not None and len(failed.engine_report.models) == 2

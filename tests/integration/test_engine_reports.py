@@ -11,10 +11,13 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
+import sys
 
 import pytest
 
 from exporter_tooling.fakenvml import build_simulated_nvml
+from tests.httpservers import LoopbackServer, reply
 from tests.integration.harness import exporter, simulator, target_toml
 
 pytestmark = pytest.mark.integration
@@ -145,3 +148,97 @@ def test_workers_left_by_a_crashed_start_are_its_orphans_not_foreign(tmp_path, n
             for pid in _leftover_pids(sim):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+
+
+# --- engine-reported startup beside the observed one -----------------------------------------
+
+
+def test_a_simulated_sglang_reports_its_load_time_beside_the_observed_one(tmp_path):
+    with (
+        simulator(tmp_path, engine="sglang", weights_mb=24, read_mbps=8.0, gpus=1) as sim,
+        exporter(tmp_path, target_toml("sg", sim, completion=False), interval=INTERVAL) as exp,
+    ):
+        doc = exp.wait_for(lambda t: t["engine_report"] is not None, "sg", timeout=60)
+        report = doc["engine_report"]
+        assert doc["phase"] in ("ready", "serving")
+        assert 1.0 < report["load_seconds"] < 10.0  # 24 MiB at 8 MiB/s, as the engine timed it
+        assert report["startup_seconds"] > report["load_seconds"]
+        assert report["observed_load_seconds"] is not None
+        metrics = exp.metrics()
+        assert re.search(
+            r'inference_server_load_duration_seconds\{source="engine",target="sg"\}', metrics
+        )
+        assert re.search(
+            r'inference_server_load_duration_seconds\{source="observed",target="sg"\}', metrics
+        )
+
+
+@pytest.fixture
+def engine_process(tmp_path):
+    """A real process standing for the engine whose HTTP side a loopback server plays."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    pidfile = tmp_path / "engine.pid"
+    pidfile.write_text(f"{child.pid}\n")
+    yield pidfile
+    child.kill()
+    child.wait()
+
+
+def _loopback_target(name: str, engine: str, url: str, health: str, pidfile) -> str:
+    return (
+        f'[[target]]\nname = "{name}"\nengine = "{engine}"\nbase_url = "{url}"\n'
+        f'health_path = "{health}"\nprobe_timeout = "0.2s"\npidfile = "{pidfile}"\n'
+    )
+
+
+TRITON_MODELS = [
+    {"name": "llama", "version": "1", "state": "READY"},
+    {
+        "name": "mistral",
+        "version": "2",
+        "state": "UNAVAILABLE",
+        "reason": "failed to load 'mistral' version 2: Internal: CUDA out of memory",
+    },
+]
+
+
+def test_a_triton_with_two_models_one_failing_reports_the_failing_one_and_why(
+    tmp_path, engine_process
+):
+    """Triton's HTTP side is a real loopback server with Triton's reply shapes (no Triton here)."""
+    with LoopbackServer() as triton:
+        triton.routes["/v2/health/ready"] = reply(400, b"")
+        triton.routes["/v2/repository/index"] = reply(200, TRITON_MODELS)
+        toml = _loopback_target("tr", "triton", triton.url, "/v2/health/ready", engine_process)
+        with exporter(tmp_path, toml, interval=INTERVAL) as exp:
+            failed = exp.wait_for(lambda t: t["phase"] == "failed", "tr", timeout=20)
+    assert failed["reason"] == "model mistral failed to load"
+    assert "CUDA out of memory" in failed["reason_detail"]
+    models = {m["name"]: m for m in failed["engine_report"]["models"]}
+    assert models["llama"]["state"] == "READY" and models["mistral"]["state"] == "UNAVAILABLE"
+
+
+def test_a_trtllm_server_reports_its_load_phases_once_ready(tmp_path, engine_process):
+    """trtllm-serve's HTTP side is a real loopback server with its reply shapes."""
+    info = {
+        "startup_metrics": {
+            "model_loader": {
+                "total_model_loading_seconds": 41.5,
+                "checkpoint_preparation_seconds": 4.0,
+                "weight_population_seconds": 35.0,
+                "post_load_processing_seconds": 2.5,
+            }
+        }
+    }
+    with LoopbackServer() as trt:
+        trt.routes["/health"] = reply(200, b"")
+        trt.routes["/server_info"] = reply(200, info)
+        toml = _loopback_target("trt", "trtllm", trt.url, "/health", engine_process)
+        with exporter(tmp_path, toml, interval=INTERVAL) as exp:
+            doc = exp.wait_for(lambda t: t["engine_report"] is not None, "trt", timeout=20)
+    assert doc["engine_report"]["load_seconds"] == 41.5
+    assert doc["engine_report"]["steps"] == {
+        "checkpoint_preparation": 4.0,
+        "weight_population": 35.0,
+        "post_load_processing": 2.5,
+    }

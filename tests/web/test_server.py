@@ -619,6 +619,7 @@ def test_pipelined_requests_are_each_answered_in_order():
 
 
 def test_connections_beyond_the_cap_are_closed_at_accept(caplog):
+    """With every connection mid-request (none idle to make way), a newcomer is closed."""
     caplog.set_level(logging.WARNING, logger="exporter.web.server")
     limits = dataclasses.replace(FAST, max_connections=20, request_seconds=30)
     with serving(limits=limits) as server, contextlib.ExitStack() as stack:
@@ -626,6 +627,9 @@ def test_connections_beyond_the_cap_are_closed_at_accept(caplog):
             stack.enter_context(socket.create_connection(("127.0.0.1", server.port)))
             for _ in range(20)
         ]
+        for s in held:
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")  # a request under way, never finished
+        until(lambda: not server._guard.idle._idle)  # the server read each one's first bytes
         with socket.create_connection(("127.0.0.1", server.port)) as extra:
             assert closed_by_peer(extra, timeout=5)
         assert [r.getMessage() for r in caplog.records] == [

@@ -70,6 +70,14 @@
       const rate = t.download_bytes_per_second;
       parts.push("downloaded " + bytes(t.download_bytes) + (rate ? " at " + bytes(rate) + "/s" : ""));
     }
+    const report = t.engine_report;
+    if (report && report.load_seconds !== null) {
+      parts.push("the engine timed its load at " + dur(report.load_seconds));
+    }
+    if (report && report.disagreement) parts.push(report.disagreement);
+    for (const m of (report && report.models) || []) {
+      if (m.reason) parts.push("model " + m.name + " " + m.state.toLowerCase() + ": " + m.reason);
+    }
     if (t.loader) {
       const rate = t.loader_bytes_per_second;
       parts.push("loader " + t.loader + (rate ? " at " + bytes(rate) + "/s" : ""));
