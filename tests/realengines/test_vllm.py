@@ -11,6 +11,9 @@ import json
 import shutil
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,11 @@ class ColdStart:
     start_log: Path
     wait: subprocess.CompletedProcess[str]
     loading_before_weights: list[str]
+    #: What the real build answered at /is_sleeping while serving: (status, body).
+    sleep_reply: tuple[int, bytes]
+    #: The exporter's last word on it, and its log.
+    final: dict[str, Any]
+    exporter_log: str
 
 
 @dataclass
@@ -109,8 +117,29 @@ def cold_start(vllm_python, hf_model, tmp_path_factory) -> ColdStart:
             shutil.copyfile(log_file, start_log)
             reply = complete(engine.url, SERVED_NAME)
             out, err = waiter.communicate(timeout=30)
+            sleep_reply = _get(engine.url + "/is_sleeping")
+            time.sleep(2 * INTERVAL)  # a tick or two after it, for the exporter's own ask
+            final = exp.target("vllm")
+        exporter_log = exp.stderr_path.read_text()
     wait = subprocess.CompletedProcess(waiter.args, waiter.returncode, out.decode(), err.decode())
-    return ColdStart(timeline, reply, start_log, wait, until.loading_before_weights)
+    return ColdStart(
+        timeline,
+        reply,
+        start_log,
+        wait,
+        until.loading_before_weights,
+        sleep_reply,
+        final,
+        exporter_log,
+    )
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
 
 
 def test_phases_go_in_order_from_down_to_serving(cold_start):
@@ -182,3 +211,21 @@ def _lines_of_class(log: Path, cls: str) -> list[str]:
 
 def test_wait_returns_zero_when_the_real_engine_becomes_ready(cold_start):
     assert cold_start.wait.returncode == 0, cold_start.wait.stderr
+
+
+def test_what_the_real_build_says_of_sleep_mode_is_what_the_exporter_shows(cold_start):
+    """vLLM offers /is_sleeping with VLLM_SERVER_DEV_MODE=1 only: 404 here is normal."""
+    status, body = cold_start.sleep_reply
+    assert cold_start.final["phase"] in ("ready", "serving")  # never sleeping, never degraded
+    if status == 200:
+        assert json.loads(body) == {"is_sleeping": False}
+        assert "sleep state not offered" not in cold_start.exporter_log
+    else:
+        assert status == 404, (status, body[:200])
+        assert "sleep state not offered target=vllm" in cold_start.exporter_log
+
+
+def test_a_real_vllm_reports_no_startup_seconds_and_none_are_shown(cold_start):
+    """vllm:engine_startup_time_seconds is not merged (ENGINES.md section 8): nothing to show."""
+    assert cold_start.final["engine_report"] is None
+    assert cold_start.final["last_wake"] is None and cold_start.final["download_bytes"] == 0
