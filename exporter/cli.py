@@ -285,6 +285,7 @@ def serve(
     from exporter.render.metrics import SnapshotCollector
     from exporter.render.page import page_csp, render_page
     from exporter.render.status import status_json
+    from exporter.render.trail import trail_json
     from exporter.web.server import WebRoutes, WebServer
 
     assert isinstance(settings, Settings)
@@ -299,6 +300,7 @@ def serve(
     routes = WebRoutes(
         registry=registry,
         status=lambda: status_json(daemon.latest),
+        trail=lambda: trail_json(daemon.latest),
         page=lambda: render_page(daemon.latest),
         page_csp=page_csp(),
         ready=lambda: daemon.latest is not None,

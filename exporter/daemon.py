@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -50,6 +50,7 @@ from exporter.core.observe import (
     observe,
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
+from exporter.core.trail import Trails, follow
 from exporter.errors import ConfigErrors
 from exporter.history import History
 from exporter.sdnotify import Notifier
@@ -84,6 +85,7 @@ class _Watched:
     completion: Future[ProbeResult] | None = None
     last_phase: Phase | None = None
     last_stalled: bool = False
+    trails: Trails = field(default_factory=Trails)
 
     def sources(self) -> list[Source[object]]:
         """The target's tick sources, the process tree first (the loop samples it first)."""
@@ -400,6 +402,7 @@ class Daemon:
             self._on_step(obs, now, w.thresholds)
         w.world = advance(w.world, obs, now, w.thresholds)
         state = w.world.state
+        w.trails = follow(w.trails, obs, state, per_gpu)
         self._log_edges(w)
         if state.finished_start is not None:
             self.history.record(
@@ -421,6 +424,8 @@ class Daemon:
             gpu_memory_bytes=per_gpu,
             typical_start_seconds=w.typical_start_seconds,
             recent_starts=w.recent_starts,
+            trails=w.trails,
+            stall_threshold_seconds=w.thresholds.stall_seconds.get(state.phase),
         )
 
     def _save_progress(self, w: _Watched) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from exporter.core.lifecycle import ColdStart, TargetState
 from exporter.core.model import GpuSample, HostReadings, ProcessSample, SourceStatus
+from exporter.core.trail import Trails
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,8 @@ class TargetSnapshot:
         log_lag_seconds: how long the log source has been behind (0 when caught up).
         orphaned_gpu_memory_bytes: per GPU index, memory still held by processes of the
             target's previous, dead instance: the next start will likely run short of it.
+        trails: the movement of the current and the previous start, for the page's strips.
+        stall_threshold_seconds: the current phase's stall threshold, if it has one.
     """
 
     info: TargetInfo
@@ -46,6 +49,8 @@ class TargetSnapshot:
     log_backlog_bytes: int | None = None
     log_lag_seconds: float | None = None
     orphaned_gpu_memory_bytes: tuple[tuple[int, int], ...] = ()
+    trails: Trails = field(default_factory=Trails)
+    stall_threshold_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

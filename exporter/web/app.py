@@ -1,4 +1,4 @@
-"""The exporter's ASGI application: /metrics, /status, /, /-/healthy and /-/ready.
+"""The exporter's ASGI application: /metrics, /status, /trail, /, /-/healthy and /-/ready.
 
 Per request: the web config's check (500 while it is invalid), the rate limit, basic auth,
 then the route; blocking work runs on a few threads under a deadline. Knows nothing of
@@ -55,6 +55,7 @@ class WebRoutes:
     Attributes:
         registry: rendered at /metrics; its collectors must do no I/O.
         status: the JSON body of /status.
+        trail: the JSON body of /trail (the movement of each target's starts).
         page: the HTML of /.
         ready: whether /-/ready answers 200.
         page_csp: the Content-Security-Policy of / (a web config header overrides it).
@@ -69,6 +70,7 @@ class WebRoutes:
     ready: Callable[[], bool]
     page_csp: str = DEFAULT_PAGE_CSP
     metrics_key: Callable[[], object] | None = None
+    trail: Callable[[], bytes] = lambda: b'{"taken_at":null,"targets":[]}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +143,7 @@ class WebApp:
         self._table: dict[str, Callable[[Scope], Awaitable[_Reply]]] = {
             "/metrics": self._metrics,
             "/status": self._status,
+            "/trail": self._trail,
             "/": self._page,
             "/-/healthy": self._healthy,
             "/-/ready": self._ready,
@@ -223,6 +226,10 @@ class WebApp:
     async def _status(self, scope: Scope) -> _Reply:
         status = self._routes.status
         return await self._call(scope, lambda: _Reply(200, status(), _JSON))
+
+    async def _trail(self, scope: Scope) -> _Reply:
+        trail = self._routes.trail
+        return await self._call(scope, lambda: _Reply(200, trail(), _JSON))
 
     async def _page(self, scope: Scope) -> _Reply:
         page, csp = self._routes.page, self._routes.page_csp

@@ -40,6 +40,7 @@ XSS = "<img src=x onerror=\"document.title='pwned'\">"
 
 #: Everything the tests read from the page, in one call (the page redraws every second).
 READ_CARDS = """
+const pathOf = (s, sel) => (s.querySelector(sel) || { getAttribute: () => "" }).getAttribute("d");
 return Array.from(document.querySelectorAll("section.target")).map((c) => {
   const bar = c.querySelector(".progress .bar"), fill = c.querySelector(".progress .fill");
   const stall = c.querySelector(".badge.stall");
@@ -59,6 +60,14 @@ return Array.from(document.querySelectorAll("section.target")).map((c) => {
       Array.from(g.children).map((x) => x.textContent).filter(Boolean)),
     lines: Array.from(c.querySelectorAll(".lines .text")).map((e) => e.textContent),
     images: c.querySelectorAll("img").length,
+    strips: Array.from(c.querySelectorAll(".strip")).map((s) => ({
+      title: s.querySelector(".strip-title").textContent,
+      current: pathOf(s, "path.current"),
+      previous: pathOf(s, "path.previous"),
+      bands: Array.from(s.querySelectorAll("rect.band")).map((r) => r.getAttribute("class")),
+      marks: Array.from(s.querySelectorAll("line.mark title")).map((t) => t.textContent),
+      threshold: !!s.querySelector("line.threshold"),
+    })),
   };
 });
 """
@@ -139,6 +148,9 @@ def follow_demo(driver, midway: Callable[[dict[str, Any]], None]) -> tuple[list[
         demo = seen["demo"]
         if not phases or phases[-1] != demo["phase"]:
             phases.append(demo["phase"])
+            if demo["phase"] in ("initializing", "serving"):
+                ARTIFACTS.mkdir(exist_ok=True)
+                assert driver.save_screenshot(str(ARTIFACTS / f"page-{demo['phase']}.png"))
         if demo["phase"] == "loading":
             if progress and progress[-1] <= 0.3 < demo["progress"]:
                 midway(demo)
@@ -182,6 +194,13 @@ def test_page_follows_a_cold_start_a_stall_and_a_restart(tmp_path, page):
             log.write(f"ERROR 01-01 00:00:00 weights path {XSS} unreadable\n")
         seen = until(browser, lambda s: any(XSS in x for x in s["hang"]["lines"]), "the line")
         assert seen["hang"]["images"] == 0 and browser.title == "inference-lifecycle-exporter"
+        seen = until(
+            browser,
+            lambda s: any(XSS in m for m in s["hang"]["strips"][0]["marks"]),
+            "the line as a mark on the strip",
+            20,
+        )
+        assert seen["hang"]["images"] == 0 and browser.title == "inference-lifecycle-exporter"
 
         # The second start, followed from its first second with the page already open.
         restart(demo)
@@ -190,6 +209,7 @@ def test_page_follows_a_cold_start_a_stall_and_a_restart(tmp_path, page):
         def midway(card: dict[str, Any]) -> None:
             ARTIFACTS.mkdir(exist_ok=True)
             assert browser.save_screenshot(str(ARTIFACTS / "page.png"))
+            assert browser.save_screenshot(str(ARTIFACTS / "page-loading.png"))
             shown.append(card)
 
         until(browser, lambda s: s["demo"]["phase"] != "serving", "the old process gone", 20)
@@ -206,6 +226,19 @@ def test_page_follows_a_cold_start_a_stall_and_a_restart(tmp_path, page):
         assert steps[-2:] == ["loading", "initializing"] and steps == sorted(steps, key=ORDER.index)
         assert [s.split()[0] for s in current["segments"]] == ["starting", "loading"]
         assert "usually ready in " in shown[0]["eta"]  # the daemon's history median
+        # The strips: drawn as the start unfolds, the previous start faint under it.
+        gpu, read, quiet = shown[0]["strips"]
+        assert gpu["title"].startswith("GPU memory") and quiet["title"].startswith("time since")
+        assert gpu["current"] and gpu["previous"] and read["current"]
+        assert {"band phase-starting", "band phase-loading"} <= set(gpu["bands"])
+        assert quiet["threshold"]  # the stall threshold drawn on the quiet strip
+        later = until(
+            browser,
+            lambda s: "band phase-serving" in s["demo"]["strips"][0]["bands"],
+            "the serving band",
+            20,
+        )["demo"]["strips"][0]
+        assert len(later["current"]) > len(gpu["current"])  # it grew
         assert severe_console_messages(browser) == []
 
 

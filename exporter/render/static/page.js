@@ -9,6 +9,10 @@
   const conn = document.getElementById("conn");
   const footer = document.getElementById("updated");
   const reads = new Map(); // target -> {at, bytes, rate}: read rate between two polls
+  const TRAIL_EVERY = 2; // polls of /status per poll of /trail
+  const SVG = "http://www.w3.org/2000/svg";
+  let trails = new Map(); // target -> its /trail entry
+  let polls = 0;
 
   function el(tag, cls, text) {
     const e = document.createElement(tag);
@@ -217,12 +221,123 @@
     return box;
   }
 
+  function svg(tag, attrs) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+    return e;
+  }
+
+  function gpuSum(p) {
+    const held = p.slice(5).filter((v) => v !== null);
+    return held.length ? held.reduce((a, b) => a + b, 0) : null;
+  }
+
+  // The start drawn as it unfolds: one strip per signal over seconds since the process
+  // started, phase bands behind, the previous start faint under this one.
+  const STRIPS = [
+    // A point is [t, read B/s, RSS, CPU cores, seconds since progress, bytes on each GPU...].
+    { key: "gpu", title: "GPU memory", value: gpuSum, fmt: bytes },
+    { key: "read", title: "read throughput", value: (p) => p[1], fmt: (v) => bytes(v) + "/s" },
+    { key: "quiet", title: "time since progress", value: (p) => p[4], fmt: dur },
+  ];
+  const W = 600, H = 56;
+
+  function stripPath(points, strip, span, top) {
+    let d = "";
+    for (const p of points) {
+      const v = strip.value(p);
+      if (v === null || v === undefined) continue;
+      const x = (p[0] / span) * W;
+      const y = H - (v / top) * (H - 4) - 2;
+      d += (d ? "L" : "M") + x.toFixed(1) + " " + y.toFixed(1);
+    }
+    return d;
+  }
+
+  function bands(g, trail, span) {
+    const list = trail.bands || [];
+    const last = trail.points.length ? trail.points[trail.points.length - 1][0] : 0;
+    list.forEach(([t, phase], i) => {
+      const end = i + 1 < list.length ? list[i + 1][0] : Math.max(t, last);
+      const r = svg("rect", { x: (t / span) * W, y: 0, width: Math.max(0, ((end - t) / span) * W), height: H });
+      r.setAttribute("class", "band " + phaseClass(phase));
+      g.append(r);
+    });
+  }
+
+  function marks(g, trail, span) {
+    for (const [t, kind, text] of trail.marks || []) {
+      const tick = svg("line", { x1: (t / span) * W, x2: (t / span) * W, y1: H - 8, y2: H });
+      tick.setAttribute("class", "mark " + kind);
+      const tip = svg("title");
+      tip.textContent = dur(t) + " " + kind + ": " + text; // text only, never markup
+      tick.append(tip);
+      g.append(tick);
+    }
+  }
+
+  function strip(strip, entry, span) {
+    const box = el("div", "strip strip-" + strip.key);
+    const cur = entry.current, prev = entry.previous;
+    const all = [...(cur ? cur.points : []), ...(prev ? prev.points : [])];
+    const values = all.map(strip.value).filter((v) => v !== null && v !== undefined);
+    let top = Math.max(1, ...values);
+    const threshold = strip.key === "quiet" ? entry.stall_threshold_seconds : null;
+    if (threshold) top = Math.max(top, threshold * 1.1);
+    const last = values.length ? strip.fmt(strip.value(cur && cur.points.length ? cur.points[cur.points.length - 1] : all[all.length - 1])) : "";
+    box.append(el("span", "strip-title", strip.title + (last ? ": " + last : "")));
+    const s = svg("svg", { viewBox: "0 0 " + W + " " + H, preserveAspectRatio: "none", role: "img" });
+    s.setAttribute("aria-label", strip.title);
+    if (cur) bands(s, cur, span);
+    if (prev) {
+      const p = svg("path", { d: stripPath(prev.points, strip, span, top) });
+      p.setAttribute("class", "line previous");
+      s.append(p);
+    }
+    if (cur) {
+      const c = svg("path", { d: stripPath(cur.points, strip, span, top) });
+      c.setAttribute("class", "line current");
+      s.append(c);
+      if (strip.key === "gpu") marks(s, cur, span);
+    }
+    if (threshold) {
+      const y = H - (threshold / top) * (H - 4) - 2;
+      const l = svg("line", { x1: 0, x2: W, y1: y, y2: y });
+      l.setAttribute("class", "threshold");
+      s.append(l);
+    }
+    box.append(s);
+    return box;
+  }
+
+  function strips(t) {
+    const box = el("div", "strips");
+    const entry = trails.get(t.target);
+    if (!entry || !(entry.current || entry.previous)) return box;
+    const end = (tr) => (tr && tr.points.length ? tr.points[tr.points.length - 1][0] : 0);
+    const span = Math.max(end(entry.current), end(entry.previous), 10);
+    box.append(el("div", "section-title", "this start" + (entry.previous ? " (the previous one faint)" : "")));
+    for (const s of STRIPS) box.append(strip(s, entry, span));
+    return box;
+  }
+
   function card(t, rate) {
     const c = el("section", "target " + phaseClass(t.phase) + (t.stalled ? " stalled" : ""));
     c.dataset.target = t.target;
     c.dataset.phase = t.phase;
-    c.append(head(t), reason(t), progress(t), timeline(t), gpus(t), facts(t, rate), notable(t));
+    c.append(head(t), reason(t), progress(t), strips(t), timeline(t), gpus(t), facts(t, rate), notable(t));
     return c;
+  }
+
+  async function pollTrail() {
+    try {
+      const reply = await fetch("trail", { cache: "no-store", headers: { Accept: "application/json" } });
+      if (!reply.ok) return;
+      const doc = await reply.json();
+      trails = new Map(doc.targets.map((e) => [e.target, e]));
+    } catch (err) {
+      // the strips wait for the next try; /status still drives the page
+    }
   }
 
   function render(doc) {
@@ -242,6 +357,7 @@
   }
 
   async function poll() {
+    if (polls++ % TRAIL_EVERY === 0) await pollTrail();
     try {
       const reply = await fetch("status", { cache: "no-store", headers: { Accept: "application/json" } });
       if (!reply.ok) throw new Error("HTTP " + reply.status);
