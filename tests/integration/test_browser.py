@@ -242,6 +242,19 @@ def test_page_follows_a_cold_start_a_stall_and_a_restart(tmp_path, page):
         assert severe_console_messages(browser) == []
 
 
+CARD_COLOURS = """
+const card = getComputedStyle(document.querySelector("section.target"));
+const reason = getComputedStyle(document.querySelector("section.target .reason"));
+return {background: card.backgroundColor, text: reason.color};
+"""
+
+
+def luminance(rgb: str) -> float:
+    """Relative brightness of a computed ``rgb(r, g, b)`` colour, 0 (black) to 1 (white)."""
+    r, g, b = (int(x) / 255 for x in rgb[rgb.index("(") + 1 : rgb.index(")")].split(",")[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
 def history_snapshot() -> Snapshot:
     """A target loading its third start with history, and a failed one, with hostile text."""
     prev = ColdStart(
@@ -303,6 +316,15 @@ def test_page_shows_history_gpus_and_failures_from_a_snapshot(page):
         ARTIFACTS.mkdir(exist_ok=True)
         browser.save_screenshot(str(ARTIFACTS / "page-history.png"))
         assert severe_console_messages(browser) == []  # nothing blocked by the CSP
+        light = browser.execute_script(CARD_COLOURS)
+        dark_mode = {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", dark_mode)
+        dark = browser.execute_script(CARD_COLOURS)
+        browser.save_screenshot(str(ARTIFACTS / "page-history-dark.png"))
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        # Legible both ways: dark text on a light card, light text on a dark one.
+        assert luminance(light["background"]) > 0.8 > 0.3 > luminance(light["text"])
+        assert luminance(dark["background"]) < 0.2 < 0.6 < luminance(dark["text"])
     banner = browser.find_element(By.ID, "conn")
     WebDriverWait(browser, 10, poll_frequency=0.2).until(lambda _: banner.is_displayed())
     assert banner.text.startswith("cannot read /status")
