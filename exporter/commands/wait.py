@@ -13,8 +13,9 @@ import shutil
 import ssl
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, TextIO
 from urllib.parse import urlsplit, urlunsplit
@@ -333,16 +334,58 @@ def change_line(doc: TargetDoc) -> str:
     return line
 
 
-def live_line(doc: TargetDoc, read_rate: float | None, *, unicode: bool = True) -> str:
-    """The terminal's live line: phase, bar, progress, elapsed, GPU memory, read rate, ETA."""
+#: Sparkline levels, lowest first; the ASCII set for terminals that cannot show blocks.
+SPARKS: Final = "▁▂▃▄▅▆▇█"
+ASCII_SPARKS: Final = "_.-=+*#@"
+#: Polls a sparkline shows (one character each).
+SPARK_WIDTH: Final = 16
+
+
+def sparkline(values: Sequence[float | None], *, unicode: bool = True) -> str:
+    """One character per value, scaled to the largest; an unknown value is a blank."""
+    levels = SPARKS if unicode else ASCII_SPARKS
+    top = max((v for v in values if v is not None), default=0.0)
+    if top <= 0:
+        return ""
+    step = len(levels) - 1
+    return "".join(" " if v is None else levels[round(v / top * step)] for v in values)
+
+
+@dataclass
+class Recent:
+    """The last ``SPARK_WIDTH`` polls' GPU memory and read rate, for the live sparklines."""
+
+    gpu: deque[float | None] = field(default_factory=lambda: deque(maxlen=SPARK_WIDTH))
+    read: deque[float | None] = field(default_factory=lambda: deque(maxlen=SPARK_WIDTH))
+
+    def add(self, doc: TargetDoc, read_rate: float | None) -> None:
+        """Note one poll."""
+        used = [g["used_bytes"] for g in doc["gpu_memory"] if g["used_bytes"]]
+        self.gpu.append(float(sum(used)) if used else None)
+        self.read.append(read_rate)
+
+
+def live_line(
+    doc: TargetDoc,
+    read_rate: float | None,
+    *,
+    unicode: bool = True,
+    recent: Recent | None = None,
+) -> str:
+    """The terminal's live line: phase, bar, progress, elapsed, GPU memory, read rate, ETA.
+
+    With ``recent``, GPU memory and the read rate each get a sparkline of the last polls.
+    """
     ratio = doc["progress_ratio"]
+    gpu_spark = sparkline(recent.gpu, unicode=unicode) if recent else ""
+    read_spark = sparkline(recent.read, unicode=unicode) if recent else ""
     parts = [
         f"{doc['target']} {phase_label(doc)}",
         progress_bar(ratio, 20, unicode=unicode),
         f"{ratio:.0%}" if ratio is not None else "",
         format_duration(doc["elapsed_seconds"]),
-        gpu_text(doc),
-        f"read {format_bytes(read_rate)}/s" if read_rate else "",
+        " ".join(p for p in (gpu_text(doc), gpu_spark) if p),
+        f"read {format_bytes(read_rate)}/s {read_spark}".rstrip() if read_rate else "",
         eta_text(doc),
     ]
     text = "  ".join(p for p in parts if p)
@@ -561,6 +604,7 @@ class _DaemonWait:
         self._deadline = time.monotonic() + args.timeout
         self._shown: tuple[str, bool] | None = None
         self._rate = _ReadRate()
+        self._recent = Recent()
         self._recency = Recency(time.time(), args.started_after)
         self._withheld: tuple[str, str] | None = None
 
@@ -602,7 +646,8 @@ class _DaemonWait:
             self._shown = key
             self._out.line(change_line(doc))
         rate = self._rate.update(status.get("taken_at"), doc)
-        self._out.live(live_line(doc, rate, unicode=self._out.unicode))
+        self._recent.add(doc, rate)
+        self._out.live(live_line(doc, rate, unicode=self._out.unicode, recent=self._recent))
         verdict = judge(doc, self._args.until)
         why = self._recency.withheld(status, doc, verdict) if verdict is not None else None
         if why is None:

@@ -30,6 +30,7 @@ from exporter.commands.wait import (
     notable_lines,
     process_gone,
     shown_url,
+    sparkline,
     standalone_targets,
 )
 from exporter.core.lifecycle import ColdStart, initial_state
@@ -378,6 +379,8 @@ def test_on_a_terminal_one_live_line_is_redrawn_in_place(world):
     live = [part for part in out.split("\r\x1b[K") if part.startswith("ok ")]
     assert len(live) >= 3, out
     assert any("%" in part and ("█" in part or "░" in part) for part in live), live
+    # GPU memory and the read rate with a sparkline of the last polls beside them
+    assert any(re.search("read .*/s [▁▂▃▄▅▆▇█ ]*[▂▃▄▅▆▇█]", part) for part in live), live
     assert "ok is serving" in out
 
 
@@ -503,3 +506,9 @@ def test_exit_2_when_the_exporter_wants_credentials_and_they_travel_in_the_url()
         sent = server.requests[0].headers["authorization"]
     assert sent == "Basic YWxpY2U6cHc="  # alice:pw
     assert done.returncode == 2 and "known targets: kimi" in done.stderr
+
+
+def test_sparklines_scale_to_the_largest_value_and_leave_unknowns_blank():
+    assert sparkline([0, 1, 2, 4, None, 8]) == "▁▂▃▅ █"
+    assert sparkline([None, 0.0]) == ""  # nothing to draw
+    assert sparkline([1, 2], unicode=False) == "+@"
