@@ -1,6 +1,8 @@
 """The ``status`` subcommand: one table of every target the exporter watches.
 
 Reads the daemon's ``/status`` once and prints; it changes nothing and keeps no state.
+With ``--watch`` it redraws the table every few seconds, with sparklines of each target's
+GPU memory and read rate over its last ticks (from ``/trail``).
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from exporter.commands.wait import (
@@ -19,6 +21,7 @@ from exporter.commands.wait import (
     format_duration,
     phase_label,
     shown_url,
+    sparkline,
 )
 from exporter.render.status_doc import ColdStartDoc, StatusDoc, TargetDoc
 
@@ -51,16 +54,28 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.epilog = EPILOG
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     add_daemon_flags(p)
+    p.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 2) with GPU memory and read-rate sparklines, "
+        "until Ctrl-C",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the table; exit codes as in ``--help``."""
+    """Print the table (or keep redrawing it); exit codes as in ``--help``."""
     try:
         client = StatusClient(args.url, ca_file=args.ca_file)
     except WaitError as exc:
         print(f"status: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if args.watch is not None:
+            return _watch(client, args)
         doc = client.fetch()
     except WaitError as exc:
         print(f"status: {exc}", file=sys.stderr)
@@ -71,15 +86,54 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def render_table(doc: StatusDoc, *, source: str = "", now: float | None = None) -> str:
-    """The status document as an aligned text table, one row per target."""
+def _watch(client: StatusClient, args: argparse.Namespace) -> int:
+    tty = sys.stdout.isatty()
+    unicode = (sys.stdout.encoding or "").lower().startswith("utf")
+    try:
+        while True:
+            table = render_table(
+                client.fetch(),
+                source=shown_url(args.url),
+                trails=client.fetch_trail(),
+                unicode=unicode,
+            )
+            print(("\x1b[H\x1b[2J" if tty else "\n") + table, end="", flush=True)
+            time.sleep(max(0.2, args.watch))
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def render_table(
+    doc: StatusDoc,
+    *,
+    source: str = "",
+    now: float | None = None,
+    trails: Mapping[str, Sequence[tuple[float | None, float | None]]] | None = None,
+    unicode: bool = True,
+) -> str:
+    """The status document as an aligned text table, one row per target.
+
+    With ``trails`` (``StatusClient.fetch_trail``) two more columns show each target's GPU
+    memory and read rate over its last ticks as sparklines.
+    """
     if not doc["ready"]:
         return f"{source or 'the exporter'} has not sampled its targets yet\n"
     if not doc["targets"]:
         return "no targets configured\n"
     now = now if now is not None else doc.get("taken_at") or time.time()
-    rows = [COLUMNS, *(target_row(t, now) for t in doc["targets"])]
-    return _align(rows)
+    if trails is None:
+        return _align([COLUMNS, *(target_row(t, now) for t in doc["targets"])])
+    rows = [
+        (*target_row(t, now), *_sparks(trails.get(t["target"], ()), unicode))
+        for t in doc["targets"]
+    ]
+    return _align([(*COLUMNS, "GPU MEMORY", "READ"), *rows])
+
+
+def _sparks(points: Sequence[tuple[float | None, float | None]], unicode: bool) -> tuple[str, str]:
+    gpu = sparkline([g for g, _ in points], unicode=unicode) or "-"
+    read = sparkline([r for _, r in points], unicode=unicode) or "-"
+    return gpu, read
 
 
 def target_row(t: TargetDoc, now: float) -> tuple[str, ...]:

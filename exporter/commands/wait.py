@@ -493,9 +493,38 @@ class StatusClient:
         except MalformedStatus as exc:
             raise WaitError(f"{where} answered a malformed status document: {exc}") from None
 
+    def fetch_trail(self) -> dict[str, list[tuple[float | None, float | None]]]:
+        """Per target, the current start's recent (GPU bytes, read bytes/s) from ``/trail``.
+
+        For sparklines only: an older exporter without ``/trail``, or any reply of another
+        shape, gives none rather than an error.
+        """
+        try:
+            reply = self._client.get(self.url + "/trail")
+            doc = reply.json() if reply.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return {}
+        targets = doc.get("targets") if isinstance(doc, dict) else None
+        recent: dict[str, list[tuple[float | None, float | None]]] = {}
+        for entry in targets if isinstance(targets, list) else []:
+            current = entry.get("current") if isinstance(entry, dict) else None
+            points = current.get("points") if isinstance(current, dict) else None
+            if isinstance(points, list) and isinstance(entry.get("target"), str):
+                recent[entry["target"]] = [_spark_values(p) for p in points[-SPARK_WIDTH:]]
+        return recent
+
     def close(self) -> None:
         """Close the HTTP client."""
         self._client.close()
+
+
+def _spark_values(point: object) -> tuple[float | None, float | None]:
+    """(GPU bytes summed, read bytes/s) of one ``/trail`` point; None where unknown."""
+    if not isinstance(point, list) or len(point) < 5:
+        return None, None
+    gpus = [v for v in point[5:] if isinstance(v, int | float)]
+    read = point[1] if isinstance(point[1], int | float) else None
+    return (float(sum(gpus)) if gpus else None), read
 
 
 def _unreachable(where: str, exc: httpx.HTTPError) -> str:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 
 import pytest
@@ -14,7 +19,7 @@ from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.render.status import render_status
 from tests.commands.test_wait import cli
 from tests.httpservers import closed_port
-from tests.integration.harness import exporter
+from tests.integration.harness import ROOT, exporter, simulator, target_toml
 
 T0 = 1_700_000_000.0
 
@@ -100,3 +105,40 @@ def test_status_exit_2_when_the_exporter_is_unreachable():
     done = cli("status", "--url", f"http://127.0.0.1:{closed_port()}")
     assert done.returncode == 2
     assert "status: cannot reach the exporter" in done.stderr
+
+
+@pytest.mark.integration
+def test_status_watch_redraws_with_sparklines_of_the_real_start(tmp_path):
+    with (
+        simulator(tmp_path, weights_mb=32, read_mbps=8.0, gpus=1) as sim,
+        exporter(tmp_path, target_toml("sim", sim, completion=False)) as exp,
+    ):
+        exp.wait_for(lambda t: t["phase"] == "loading", "sim", timeout=30)
+        time.sleep(1.0)  # a few ticks of reads to draw
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "status", "--url", exp.url, "--watch", "0.3"],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        )
+        time.sleep(2.0)
+        watch.send_signal(signal.SIGINT)
+        out, _ = watch.communicate(timeout=10)
+    assert watch.returncode == 0
+    frames = [f for f in out.split("\n\n") if f.strip()]
+    assert len(frames) >= 3  # redrawn, not printed once
+    header, row = frames[-1].splitlines()[:2]
+    assert header.endswith("GPU MEMORY  READ")
+    assert re.search("[▁▂▃▄▅▆▇█]{3,}", row), row  # the read rate over the last ticks
+
+
+def test_the_watch_columns_show_each_targets_sparklines():
+    text = render_table(
+        two_targets(),
+        trails={"kimi": [(1.0, 10.0), (2.0, 20.0), (4.0, None)]},
+    )
+    header, kimi, llama = text.splitlines()
+    assert header.endswith("GPU MEMORY  READ")
+    assert kimi.split()[-2:] == ["▃▅█", "▅█"]
+    assert llama.split()[-2:] == ["-", "-"]  # no trail: nothing drawn
