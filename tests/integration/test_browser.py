@@ -325,6 +325,15 @@ def test_page_shows_history_gpus_and_failures_from_a_snapshot(page):
         # Legible both ways: dark text on a light card, light text on a dark one.
         assert luminance(light["background"]) > 0.8 > 0.3 > luminance(light["text"])
         assert luminance(dark["background"]) < 0.2 < 0.6 < luminance(dark["text"])
+        for width, height in ((1280, 800), (390, 844)):  # a laptop, a phone
+            browser.set_window_size(width, height)
+            until(browser, lambda s: len(s) == 2, f"the page at {width}px", 10)
+            overflow = browser.execute_script(
+                "return document.documentElement.scrollWidth - window.innerWidth"
+            )
+            assert overflow <= 0, f"{overflow}px wider than a {width}px window"
+        browser.save_screenshot(str(ARTIFACTS / "page-phone.png"))
+        browser.set_window_size(1200, 1000)
     banner = browser.find_element(By.ID, "conn")
     WebDriverWait(browser, 10, poll_frequency=0.2).until(lambda _: banner.is_displayed())
     assert banner.text.startswith("cannot read /status")
