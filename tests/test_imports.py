@@ -63,7 +63,11 @@ STDLIB = set(sys.stdlib_module_names)
             },
         ),
         ("exporter.core.model", set()),
-        ("exporter.core.snapshot", {"exporter.core.model", "exporter.core.lifecycle"}),
+        (
+            "exporter.core.snapshot",
+            {"exporter.core.model", "exporter.core.lifecycle", "exporter.core.trail"},
+        ),
+        ("exporter.core.trail", {"exporter.core.model", "exporter.core.lifecycle"}),
     ],
 )
 def test_pure_modules_import_only_what_they_may(module, allowed):

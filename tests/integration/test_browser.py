@@ -119,8 +119,11 @@ def until(
     seen: dict[str, dict[str, Any]] = {}
     while time.monotonic() < deadline:
         seen = cards(driver)
-        if check(seen):
-            return seen
+        try:
+            if check(seen):
+                return seen
+        except (KeyError, IndexError):  # a card not drawn yet (the first /status in flight)
+            pass
         time.sleep(0.2)
     raise AssertionError(f"page never showed {what}; last: {seen}")
 
