@@ -31,6 +31,7 @@ DEFAULT_STATE_DIRECTORY: Final = "/var/lib/inference-lifecycle-exporter"
 # Checked with fullmatch: "$" would let a trailing newline through (into a label value).
 _BARE_KEY = re.compile(r"[A-Za-z0-9_\-\[\]]+")
 _LABEL_SAFE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # C0 and C1 controls and DEL: never meant in a URL, a path, a name or a label value.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -142,6 +143,7 @@ class Target:
     unit: str | None = None
     pidfile: str | None = None
     cmdline: str | None = None
+    container_id: str | None = None
     log_file: str | None = None
     journal: bool = False
     model_path: str | None = None
@@ -418,6 +420,13 @@ def _check_unit(value: str) -> str | None:
     return "must be a unit name, not a path" if "/" in value else None
 
 
+def _check_container_id(value: str) -> str | None:
+    """A container ID as runtimes print it: 64 hex characters, or a unique prefix of 12 or more."""
+    if _CONTAINER_ID.fullmatch(value):
+        return None
+    return "must be 12 to 64 lowercase hex characters (a container ID)"
+
+
 def _check_env_name(value: str) -> str | None:
     if _ENV_NAME.fullmatch(value):
         return None
@@ -518,30 +527,33 @@ def _read_probe_timeout(r: _Table, interval: float) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class _Finders:
-    """How a target's process and logs are found (at most one of unit, pidfile, cmdline)."""
+    """How a target's process and logs are found (one of unit, pidfile, cmdline, container_id)."""
 
     unit: str | None
     pidfile: str | None
     cmdline: str | None
+    container_id: str | None
     log_file: str | None
     journal: bool
 
 
 def _read_finders(r: _Table) -> _Finders:
-    unit, pidfile, cmdline = (r.optional_str(k) for k in ("unit", "pidfile", "cmdline"))
+    keys = ("unit", "pidfile", "cmdline", "container_id")
+    unit, pidfile, cmdline, container_id = (r.optional_str(k) for k in keys)
     r.check("unit", unit, _check_unit)
     r.check("cmdline", cmdline, _check_cmdline)
     r.check("pidfile", pidfile, _check_file_path)
-    given = [k for k, v in (("unit", unit), ("pidfile", pidfile), ("cmdline", cmdline)) if v]
+    r.check("container_id", container_id, _check_container_id)
+    given = [k for k, v in zip(keys, (unit, pidfile, cmdline, container_id), strict=True) if v]
     if len(given) > 1:
-        r.fail(given[1], f"conflicts with {given[0]}: use one of unit, pidfile, cmdline")
+        r.fail(given[1], f"conflicts with {given[0]}: use one of {', '.join(keys)}")
     log_file = r.optional_str("log_file")
     r.check("log_file", log_file, _check_file_path)
     r.check("log_file", log_file, _check_log_file)
     journal = r.bool_field("journal", bool(unit) and not log_file)
     if journal and not unit:
         r.fail("journal", "needs unit to know which journal entries are this server's")
-    return _Finders(unit, pidfile, cmdline, log_file, journal)
+    return _Finders(unit, pidfile, cmdline, container_id, log_file, journal)
 
 
 def _read_gpus(r: _Table) -> tuple[int, ...] | None:
@@ -612,6 +624,7 @@ def _read_target(
         unit=finders.unit,
         pidfile=finders.pidfile,
         cmdline=finders.cmdline,
+        container_id=finders.container_id,
         log_file=finders.log_file,
         journal=finders.journal,
         model_path=model_path,

@@ -239,6 +239,60 @@ def test_unit_in_a_nested_slice_with_a_delegated_subgroup(make_tree, cgroup_dir)
     assert source.sample() is None  # the cgroup emptied: the unit stopped
 
 
+# --- containers through their cgroup (a tmp dir stands in for /sys/fs/cgroup) -------------
+
+POD = "8d2f4a6e-1b3c-4d5e-9f70-a1b2c3d4e5f6"
+ENGINE_ID = "3b4f6c1d2e8a9f0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b"
+PAUSE_ID = "0f" * 32
+
+# Where each runtime puts a container, below the cgroup root (the parser's table has more).
+CONTAINER_DIRS = {
+    "kubelet systemd driver, containerd": "kubepods.slice/kubepods-burstable.slice/"
+    f"kubepods-burstable-pod{POD.replace('-', '_')}.slice/cri-containerd-{{id}}.scope",
+    "kubelet cgroupfs driver, v1 memory only": f"memory/kubepods/pod{POD}/{{id}}",
+    "plain Docker under systemd, hybrid layout": "unified/system.slice/docker-{id}.scope",
+    "rootless Podman": "user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{id}.scope",
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("layout", CONTAINER_DIRS.values(), ids=CONTAINER_DIRS.keys())
+def test_container_is_found_through_its_cgroup_beside_its_pods_other_containers(
+    layout, make_tree, tmp_path
+):
+    engine, pause = make_tree(), make_tree()
+    group = tmp_path / layout.format(id=ENGINE_ID)
+    (group / "payload").mkdir(parents=True)  # a container's own subgroup (systemd inside)
+    (group / "cgroup.procs").write_text(f"{engine.main_pid}\n")
+    worker = engine.spawn()
+    (group / "payload" / "cgroup.procs").write_text(f"{worker}\n")
+    sibling = group.parent / layout.format(id=PAUSE_ID).rpartition("/")[2]
+    sibling.mkdir()
+    (sibling / "cgroup.procs").write_text(f"{pause.main_pid}\n")
+    monitor = group.parent / f"libpod-conmon-{ENGINE_ID}.scope"  # the runtime's, not ours
+    monitor.mkdir()
+    (monitor / "cgroup.procs").write_text(f"{pause.main_pid}\n")
+
+    found = sample(ProcessSource(target(container_id=ENGINE_ID), cgroup_root=str(tmp_path)))
+
+    assert found.pid == engine.main_pid
+    assert set(found.pids) == {engine.main_pid, worker}
+
+
+@pytest.mark.integration
+def test_container_by_short_id_until_its_cgroup_is_removed(make_tree, tmp_path):
+    engine = make_tree()
+    group = tmp_path / CONTAINER_DIRS["kubelet systemd driver, containerd"].format(id=ENGINE_ID)
+    group.mkdir(parents=True)
+    (group / "cgroup.procs").write_text(f"{engine.main_pid}\n")
+    source = ProcessSource(target(container_id=ENGINE_ID[:12]), cgroup_root=str(tmp_path))
+
+    assert sample(source).pid == engine.main_pid
+    (group / "cgroup.procs").unlink()
+    group.rmdir()  # the runtime removes the container's cgroup when it is deleted
+    assert source.sample() is None
+
+
 # --- faults: zombies, reaped and reparented workers, vanishing and reused pids -------------
 
 
