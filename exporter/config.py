@@ -7,9 +7,11 @@ are collected before raising, so one run of ``check-config`` lists everything.
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 import stat
+import string
 import tempfile
 import tomllib
 from collections.abc import Callable, Mapping
@@ -130,6 +132,9 @@ class StallThresholds:
 class Target:
     """One watched inference server.
 
+    ``container_id`` names the container whose cgroup holds the server; a discovered
+    container not created yet has ``""`` (nothing is found until the runtime reports it).
+    ``history_key`` is where ETAs and thresholds are learned from, when not the name.
     ``engine`` is the engine's name (labels, JSON); ``profile`` is that engine resolved once,
     here, so no source looks it up by string again.
     """
@@ -152,6 +157,7 @@ class Target:
     model: str = ""
     api_key_file: str | None = None
     api_key_env: str | None = None
+    history_key: str = ""
     stall: StallThresholds = field(default_factory=StallThresholds)
     log_patterns: LogPatterns = field(default_factory=LogPatterns)
     profile: Engine = field(init=False, repr=False, compare=False)
@@ -161,6 +167,11 @@ class Target:
         if engine is None:
             raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
         object.__setattr__(self, "profile", engine)
+
+    @property
+    def history_name(self) -> str:
+        """The name its finished starts are kept under: shared by a workload's replicas."""
+        return self.history_key or self.name
 
     @property
     def health_url(self) -> str:
@@ -174,6 +185,35 @@ class Target:
         return parts.port or (443 if parts.scheme == "https" else 80)
 
 
+class PodSelection(enum.StrEnum):
+    """Which containers of the node's pods become targets."""
+
+    #: Pods carrying the ``inference-lifecycle.io/engine`` annotation or label.
+    ANNOTATED = "annotated"
+    #: Those, and containers whose image or command names an engine's server.
+    ANNOTATED_OR_IMAGE = "annotated_or_image"
+
+
+#: Placeholders of ``[discovery.kubernetes] name_template``.
+NAME_PLACEHOLDERS: Final = ("namespace", "pod", "container")
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesDiscovery:
+    """``[discovery.kubernetes]``: targets from the pods of one node, watched on the API server.
+
+    ``kubeconfig`` None means in-cluster credentials (the pod's service account).
+    ``grace_seconds`` is how long a gone pod's targets keep exporting their final state.
+    """
+
+    node_name: str
+    kubeconfig: str | None = None
+    name_template: str = "{namespace}/{pod}"
+    select: PodSelection = PodSelection.ANNOTATED
+    grace_seconds: float = 300.0
+    probe_timeout_seconds: float = 0.8
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The whole validated config file."""
@@ -184,6 +224,7 @@ class Settings:
     source_path: str = ""
     nvml: bool = True
     nvml_library_dir: str | None = None
+    kubernetes: KubernetesDiscovery | None = None
 
 
 def parse_duration(value: object) -> float:
@@ -673,8 +714,56 @@ def _read_interval(ex: _Table) -> float:
     return interval
 
 
-def parse_settings(data: Mapping[str, object], path: str) -> Settings:
+def _check_name_template(value: str) -> str | None:
+    try:
+        fields = [f for _text, f, _spec, _conv in string.Formatter().parse(value) if f is not None]
+    except ValueError as exc:  # an unmatched brace
+        return f"is not a template: {exc}"
+    for name in fields:
+        if name not in NAME_PLACEHOLDERS:
+            known = ", ".join(f"{{{p}}}" for p in NAME_PLACEHOLDERS)
+            return f"unknown placeholder {{{name}}}; known: {known}"
+    return _check_word(value)
+
+
+def _read_kubernetes(
+    k: _Table, interval: float, environ: Mapping[str, str]
+) -> KubernetesDiscovery | None:
+    enabled = k.bool_field("enabled", True)
+    node_name = k.optional_str("node_name") or environ.get("NODE_NAME", "")
+    k.check("node_name", node_name, _check_word)
+    kubeconfig = k.optional_str("kubeconfig")
+    k.check("kubeconfig", kubeconfig, _check_file_path)
+    template = k.str_field("name_template", "{namespace}/{pod}")
+    k.check("name_template", template, _check_name_template)
+    select = k.str_field("select", PodSelection.ANNOTATED)
+    if select not in set(PodSelection):
+        k.fail("select", f"must be one of {', '.join(PodSelection)}")
+        select = PodSelection.ANNOTATED
+    grace = k.duration("grace", 300.0)
+    timeout = _read_probe_timeout(k, interval)
+    k.reject_unknown()
+    if enabled and not node_name:
+        k.fail("node_name", "is required (or set the NODE_NAME environment variable)")
+    if not enabled or not node_name:
+        return None
+    return KubernetesDiscovery(
+        node_name=node_name,
+        kubeconfig=kubeconfig,
+        name_template=template,
+        select=PodSelection(select),
+        grace_seconds=300.0 if grace is None else grace,
+        probe_timeout_seconds=timeout or 0.8,
+    )
+
+
+def parse_settings(
+    data: Mapping[str, object], path: str, environ: Mapping[str, str] | None = None
+) -> Settings:
     """Validate parsed TOML; ``path`` only names the file in error messages.
+
+    ``environ`` (default: the process environment) gives defaults the file may leave out:
+    ``NODE_NAME``, which a DaemonSet sets from the downward API.
 
     Raises:
         ConfigErrors: one entry per problem found.
@@ -683,6 +772,7 @@ def parse_settings(data: Mapping[str, object], path: str) -> Settings:
     top = _Table(path, errors, "", data)
     exporter_table = top.table_field("exporter")
     target_tables = top.list_field("target") or []
+    discovery_table = top.table_field("discovery")
     top.reject_unknown()
     ex = top.sub("exporter", exporter_table)
     interval = _read_interval(ex)
@@ -693,6 +783,18 @@ def parse_settings(data: Mapping[str, object], path: str) -> Settings:
     ex.check("nvml_library_dir", nvml_library_dir, _check_file_path)
     ex.reject_unknown()
     targets = _read_targets(path, errors, target_tables, interval)
+    discovery = top.sub("discovery", discovery_table)
+    kubernetes_table = discovery.table_field("kubernetes")
+    discovery.reject_unknown()
+    kubernetes = (
+        _read_kubernetes(
+            discovery.sub("kubernetes", kubernetes_table),
+            interval,
+            os.environ if environ is None else environ,
+        )
+        if isinstance(discovery_table.get("kubernetes"), dict)
+        else None
+    )
     if errors:
         raise ConfigErrors(errors)
     return Settings(
@@ -702,6 +804,7 @@ def parse_settings(data: Mapping[str, object], path: str) -> Settings:
         source_path=path,
         nvml=nvml,
         nvml_library_dir=nvml_library_dir,
+        kubernetes=kubernetes,
     )
 
 

@@ -59,7 +59,7 @@ def make_finder(target: Target, cgroup_root: str) -> Finder:
     """The finder for ``target``'s key: unit, container, pidfile, cmdline, else the port."""
     if target.unit:
         return _UnitFinder(target.unit, cgroup_root)
-    if target.container_id:
+    if target.container_id is not None:
         return _ContainerFinder(target.container_id, cgroup_root)
     if target.pidfile:
         return _PidfileFinder(target.pidfile, target.name)
@@ -177,8 +177,8 @@ class _ContainerFinder(_CgroupFinder):
         self._id = container_id.lower()
 
     def _locate(self, *, walk: bool) -> str | None:
-        if not walk:
-            return None
+        if not walk or not self._id:
+            return None  # "": not created yet, and every ID starts with ""
         for hierarchy in _CONTAINER_HIERARCHIES:
             base = os.path.join(self._root, hierarchy)
             if found := _find_dir(base, self._is_mine, _nests_containers, _CONTAINER_DEPTH):
