@@ -120,6 +120,7 @@ def test_only_the_shell_imports_sources():
     users = {m for m in importers_of("exporter.sources") if not m.startswith("exporter.sources")}
     assert users <= {
         "exporter.daemon",
+        "exporter.discovery.kubernetes",  # the probes' socket watchdog
         "exporter.cli",
         "exporter.commands.wait",
         "exporter.commands.replay",

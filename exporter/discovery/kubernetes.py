@@ -28,6 +28,7 @@ import yaml
 from exporter.config import KubernetesDiscovery
 from exporter.discovery.pods import DiscoveredTarget, field_obj, field_str, targets_from_pod
 from exporter.errors import ConfigError
+from exporter.sources.probe import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -242,6 +243,7 @@ class PodWatcher:
         self._health = DiscoveryHealth(up=False, error="not_synced", synced=False)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._dog: Watchdog | None = None  # the running request's
         self._client = httpx.Client(
             base_url=credentials.server,
             verify=credentials.ssl_context or True,
@@ -258,8 +260,10 @@ class PodWatcher:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop watching; the thread ends within one read timeout (it is a daemon thread)."""
+        """Stop watching: the running request's socket is shut down, the thread joined."""
         self._stop.set()
+        if (dog := self._dog) is not None:
+            dog.fire()
         if self._thread is not None:
             self._thread.join(timeout=self._read_seconds + 1)
         self._client.close()
@@ -356,19 +360,40 @@ class PodWatcher:
         """The body of ``GET /api/v1/pods`` on our node, in chunks, within ``deadline``."""
         query = {"fieldSelector": f"spec.nodeName={self._settings.node_name}", **params}
         headers = {"Accept": "application/json", **self._credentials.headers()}
-        with self._client.stream("GET", "/api/v1/pods", params=query, headers=headers) as reply:
+        self._dog = dog = Watchdog(max(0.0, deadline - time.monotonic()))
+        if self._stop.is_set():
+            dog.fire()  # close() ran before this request's watchdog existed
+        try:
+            yield from self._stream(query, headers, dog)
+        except httpx.HTTPError:
+            if dog.fired:  # the read the watchdog cut short
+                raise ApiError("deadline_exceeded") from None
+            raise
+        finally:
+            dog.disarm()  # no-op when _stream did it
+        if dog.fired:  # the stream ended early because the watchdog cut it
+            raise ApiError("deadline_exceeded")
+
+    def _stream(
+        self, query: Mapping[str, str], headers: Mapping[str, str], dog: Watchdog
+    ) -> Generator[bytes, None, None]:
+        extensions = {"trace": dog.trace}
+        with self._client.stream(
+            "GET", "/api/v1/pods", params=query, headers=headers, extensions=extensions
+        ) as reply:
             if reply.status_code == _GONE:
                 raise _Gone
             if reply.status_code != 200:
                 raise ApiError(_STATUS_REASONS.get(reply.status_code, f"http_{reply.status_code}"))
             total = 0
-            for chunk in reply.iter_raw():
-                total += len(chunk)
-                if total > MAX_BODY_BYTES:
-                    raise ApiError("body_too_large")
-                yield chunk
-                if time.monotonic() > deadline or self._stop.is_set():
-                    raise ApiError("deadline_exceeded")
+            try:
+                for chunk in reply.iter_raw():
+                    total += len(chunk)
+                    if total > MAX_BODY_BYTES:
+                        raise ApiError("body_too_large")
+                    yield chunk
+            finally:
+                dog.disarm()  # before the connection goes back to the pool
 
     def _succeeded(self) -> None:
         if not self._health.up:
@@ -383,7 +408,7 @@ class PodWatcher:
 
 _STATUS_REASONS: Final[Mapping[int, str]] = {
     401: "unauthorized",
-    403: "forbidden (needs get,list,watch on pods)",
+    403: "forbidden",  # RBAC: the service account needs get, list and watch on pods
 }
 
 

@@ -57,8 +57,10 @@ class _Reply:
     body: bytes = b""
 
 
-class _Watchdog:
-    """Shuts the probe's socket down at the deadline, so no single read can outlive it.
+class Watchdog:
+    """Shuts a request's socket down at the deadline, so no single read can outlive it.
+
+    Used by the probes and by the Kubernetes watch (which also fires it to stop at once).
 
     httpx timeouts apply per read (encode/httpx#1450): a server trickling its headers or body
     would otherwise hold the probe far past its deadline. The socket comes from httpcore's
@@ -70,7 +72,7 @@ class _Watchdog:
         self._sock: socket.socket | None = None
         self._done = False
         self.fired = False
-        self._timer = threading.Timer(seconds, self._fire)
+        self._timer = threading.Timer(seconds, self.fire)
         self._timer.daemon = True
         self._timer.start()
 
@@ -91,7 +93,8 @@ class _Watchdog:
             self._done = True
             return self.fired
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
+        """Shut the socket down now (as the deadline would), unless the request is done."""
         with self._lock:
             if self._done:
                 return
@@ -370,7 +373,7 @@ class Prober:
     ) -> ProbeResult:
         started = time.monotonic()
         reply = _Reply()
-        dog = _Watchdog(timeout)
+        dog = Watchdog(timeout)
         try:
             self._exchange(method, path, content, reply, started + timeout, dog)
             result = _judge(kind, reply)
@@ -397,7 +400,7 @@ class Prober:
         content: bytes | None,
         reply: _Reply,
         deadline: float,
-        dog: _Watchdog,
+        dog: Watchdog,
     ) -> None:
         remaining = max(deadline - time.monotonic(), 0.001)
         headers = {"Content-Type": "application/json"} if content is not None else None

@@ -152,3 +152,19 @@ def _status(ex: Exchange, code: int, reason: str) -> None:
     ).encode()
     ex.send_head(code, {"Content-Type": "application/json", "Content-Length": str(len(body))})
     ex.write(body)
+
+
+def bookmarks_forever(every: float) -> Step:
+    """A watch that never ends by itself: a bookmark every ``every`` seconds (a proxy that
+    ignores ``timeoutSeconds``, or a server that lost count)."""
+
+    def step(ex: Exchange) -> None:
+        _chunked_head(ex)
+        n = 0
+        while not ex.stopping.wait(every):
+            n += 1
+            line = json.dumps({"type": "BOOKMARK", "object": bookmark(str(5000 + n))[1]}).encode()
+            if not ex.write(b"%x\r\n%s\r\n" % (len(line) + 1, line + b"\n")):
+                return
+
+    return step

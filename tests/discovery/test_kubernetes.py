@@ -20,6 +20,7 @@ from exporter.errors import ConfigError
 from tests.discovery.fakeapi import (
     FakeApiServer,
     bookmark,
+    bookmarks_forever,
     events,
     expired,
     http_status,
@@ -272,3 +273,32 @@ def test_outside_a_cluster_without_a_kubeconfig_says_what_is_missing(tmp_path):
         "c.toml: discovery.kubernetes.kubeconfig: is required outside a cluster "
         "(KUBERNETES_SERVICE_HOST unset)"
     )
+
+
+def test_a_watch_that_never_ends_is_cut_at_its_deadline_and_resumed_by_a_list(api, watcher_of):
+    api.add(vllm_deployment_pod())
+    api.watches = [bookmarks_forever(0.1)]
+    watcher = PodWatcher(
+        SETTINGS,
+        Credentials(server=api.url, token="t0ken"),
+        watch_seconds=1,
+        read_seconds=0.5,
+        backoff=0.1,
+    )
+    watcher.start()
+    try:
+        started = time.monotonic()
+        wait_for(lambda: watcher.lists >= 2, timeout=10)
+        assert 1.4 < time.monotonic() - started < 5  # timeoutSeconds + one read, then a list
+        assert names(watcher) == ["inference/llama-70b-7d9c5b6f4d-x2k8q"]
+    finally:
+        watcher.close()
+
+
+def test_closing_during_a_silent_watch_returns_at_once(api):
+    watcher = PodWatcher(SETTINGS, Credentials(server=api.url, token="t0ken"), read_seconds=30)
+    watcher.start()
+    wait_for(lambda: len(api.queries()) == 2)  # list, then the watch that stays silent
+    started = time.monotonic()
+    watcher.close()
+    assert time.monotonic() - started < 2
