@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,10 @@ class FakeApiServer:
     version: int = 1000
     watches: list[Step] = field(default_factory=list)
     list_failures: list[int] = field(default_factory=list)
+    #: Set: every list from now on hangs after its headers (an API server that hangs).
+    lists_hang: threading.Event = field(default_factory=threading.Event)
+    #: Events for ``follow`` watches, as ``(type, object)``.
+    live: queue.Queue[tuple[str, dict[str, Any]]] = field(default_factory=queue.Queue)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -53,6 +58,14 @@ class FakeApiServer:
             self.pods[stored["metadata"]["uid"]] = stored
             return stored
 
+    def delete(self, uid: str) -> None:
+        """Delete a pod: gone from lists, and a DELETED event to the live watch."""
+        with self.lock:
+            pod = self.pods.pop(uid)
+            self.version += 1
+            pod["metadata"]["resourceVersion"] = str(self.version)
+        self.live.put(("DELETED", pod))
+
     def queries(self) -> list[dict[str, str]]:
         """Each request's query parameters, in order."""
         return [
@@ -69,6 +82,10 @@ class FakeApiServer:
         if query.get("watch") == "1":
             step = self.watches.pop(0) if self.watches else silent
             step(ex)
+            return
+        if self.lists_hang.is_set():
+            ex.send_head(200, {"Content-Type": "application/json"})
+            ex.stopping.wait()
             return
         if self.list_failures:
             code = self.list_failures.pop(0)
@@ -93,13 +110,28 @@ def events(*items: tuple[str, dict[str, Any]], end: bool = True) -> Step:
     def step(ex: Exchange) -> None:
         _chunked_head(ex)
         for kind, obj in items:
-            line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
-            if not ex.write(b"%x\r\n%s\r\n" % (len(line), line)):
+            if not send_event(ex, kind, obj):
                 return
         if end:
             ex.write(b"0\r\n\r\n")
         else:
             ex.stopping.wait()
+
+    return step
+
+
+def follow(api: FakeApiServer) -> Step:
+    """A watch that streams what the test puts in ``api.live``, until the server closes."""
+
+    def step(ex: Exchange) -> None:
+        _chunked_head(ex)
+        while not ex.stopping.is_set():
+            try:
+                kind, obj = api.live.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if not send_event(ex, kind, obj):
+                return
 
     return step
 
@@ -139,6 +171,12 @@ def silent(ex: Exchange) -> None:
     ex.stopping.wait()
 
 
+def send_event(ex: Exchange, kind: str, obj: dict[str, Any]) -> bool:
+    """One watch event as one chunk holding one JSON line; False once the client is gone."""
+    line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+    return ex.write(b"%x\r\n%s\r\n" % (len(line), line))
+
+
 def _chunked_head(ex: Exchange) -> None:
     ex.protocol_version = "HTTP/1.1"
     ex.close_connection = True
@@ -163,8 +201,7 @@ def bookmarks_forever(every: float) -> Step:
         n = 0
         while not ex.stopping.wait(every):
             n += 1
-            line = json.dumps({"type": "BOOKMARK", "object": bookmark(str(5000 + n))[1]}).encode()
-            if not ex.write(b"%x\r\n%s\r\n" % (len(line) + 1, line + b"\n")):
+            if not send_event(ex, *bookmark(str(5000 + n))):
                 return
 
     return step

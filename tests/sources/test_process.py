@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,7 @@ from exporter.config import Target
 from exporter.core.model import ProcessSample
 from exporter.sources import run_source
 from exporter.sources.process import ProcessSource
+from tests.cgroupfs import cgroup_hierarchies
 from tests.sources.conftest import (
     DATA_BYTES,
     REPO_ROOT,
@@ -153,51 +154,8 @@ def test_unit_name_that_escapes_the_cgroup_tree_is_a_source_error():
 # --- systemd units through real cgroups ---------------------------------------------------
 
 
-def _cgroup_hierarchies() -> list[str]:
-    """Mounted hierarchies systemd puts units in: cgroup2 (unified) and v1 name=systemd."""
-    found = []
-    with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        for line in f:
-            head, _, tail = line.partition(" - ")
-            point, (fstype, _source, options) = head.split()[4], tail.split()[:3]
-            if fstype == "cgroup2" or (fstype == "cgroup" and "name=systemd" in options):
-                found.append(point)
-    return found
-
-
-@pytest.fixture
-def cgroup_dir() -> Iterator[Callable[[Path], Path]]:
-    """Create real cgroup directories (writable as root); removed, deepest first, afterwards."""
-    made: list[Path] = []
-
-    def make(path: Path) -> Path:
-        missing = [p for p in (path, *path.parents) if not p.exists()]
-        for p in reversed(missing):
-            p.mkdir()
-            made.append(p)
-        return path
-
-    yield make
-    for path in reversed(made):
-        for child in sorted(path.rglob("*"), reverse=True):
-            if child.is_dir():
-                _rmdir_when_empty(child)
-        _rmdir_when_empty(path)
-
-
-def _rmdir_when_empty(path: Path) -> None:
-    deadline = time.monotonic() + 10
-    while path.exists():
-        try:
-            path.rmdir()
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)  # killed members leave the cgroup when reaped
-
-
 @pytest.mark.integration
-@pytest.mark.parametrize("hierarchy", _cgroup_hierarchies())
+@pytest.mark.parametrize("hierarchy", cgroup_hierarchies())
 def test_unit_is_found_through_its_cgroup_in_system_slice(hierarchy, make_tree, cgroup_dir):
     assert hierarchy.startswith("/sys/fs/cgroup"), "units are looked up under /sys/fs/cgroup"
     unit = f"ile-test-{uuid.uuid4().hex[:8]}"
@@ -216,7 +174,7 @@ def test_unit_is_found_through_its_cgroup_in_system_slice(hierarchy, make_tree, 
 
 @pytest.mark.integration
 def test_unit_in_a_nested_slice_with_a_delegated_subgroup(make_tree, cgroup_dir):
-    hierarchies = _cgroup_hierarchies()
+    hierarchies = cgroup_hierarchies()
     assert hierarchies, "no cgroup2 or name=systemd hierarchy mounted"
     root = Path(hierarchies[0]) / f"ile-test-{uuid.uuid4().hex[:8]}"
     unit = "llm@0.service"
