@@ -129,6 +129,15 @@ class StallThresholds:
 
 
 @dataclass(frozen=True, slots=True)
+class PodRef:
+    """Where a discovered target runs in Kubernetes: ``inference_server_info`` labels only."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """One watched inference server.
 
@@ -158,6 +167,7 @@ class Target:
     api_key_file: str | None = None
     api_key_env: str | None = None
     history_key: str = ""
+    pod: PodRef | None = None
     stall: StallThresholds = field(default_factory=StallThresholds)
     log_patterns: LogPatterns = field(default_factory=LogPatterns)
     profile: Engine = field(init=False, repr=False, compare=False)

@@ -413,7 +413,14 @@ class Daemon:
         if state.phase is not w.last_phase or state.phase in STARTUP_PHASES:
             self._save_progress(w)
         w.last_phase, w.last_stalled = state.phase, state.stalled
-        info = TargetInfo(w.target.name, w.target.engine, w.target.deployment, w.target.model)
+        where = w.target.pod
+        info = TargetInfo(
+            w.target.name,
+            w.target.engine,
+            w.target.deployment,
+            w.target.model,
+            *((where.namespace, where.pod, where.container) if where else ()),
+        )
         return TargetSnapshot(
             info=info,
             state=state,

@@ -14,6 +14,7 @@ from typing import Final
 from exporter.config import (
     CompletionProbe,
     KubernetesDiscovery,
+    PodRef,
     PodSelection,
     Target,
 )
@@ -31,17 +32,19 @@ _PATH: Final = re.compile(r"/[!-~]{0,255}")
 
 @dataclass(frozen=True, slots=True)
 class DiscoveredTarget:
-    """A target found on the API server, with the pod it belongs to.
+    """A target found on the API server, with the UID of the pod it belongs to.
 
-    ``namespace``, ``pod`` and ``container`` are for ``inference_server_info`` only; the pod
+    ``target.pod`` (namespace, pod, container) is for ``inference_server_info`` only; the pod
     IP and command line never leave ``target.base_url`` and the process finder.
     """
 
     target: Target
-    namespace: str
-    pod: str
-    container: str
     pod_uid: str
+
+    @property
+    def where(self) -> PodRef:
+        """Namespace, pod and container of the target."""
+        return self.target.pod or PodRef("", "", "")  # always set by targets_from_pod
 
 
 def targets_from_pod(
@@ -116,8 +119,9 @@ def _discovered(
         model_path=_meta_value(meta, "model-path") or None,
         model=model,
         history_key=f"{namespace}/{_owner(meta)}/{name}",
+        pod=PodRef(namespace, pod, name),
     )
-    return DiscoveredTarget(target, namespace, pod, name, field_str(meta, "uid"))
+    return DiscoveredTarget(target, field_str(meta, "uid"))
 
 
 def _select(

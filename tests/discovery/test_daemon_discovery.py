@@ -79,6 +79,13 @@ def test_discovered_pods_are_watched_beside_static_targets_and_dropped_after_gra
         assert [(s.up, s.error) for s in kubernetes] == [(True, None)]
         # A discovered engine with no process in its container's cgroup is down, not an error
         assert {t.info.name: t.state.phase for t in snap.targets}[FIRST] is Phase.DOWN
+        info = {t.info.name: t.info for t in snap.targets}
+        assert (info[FIRST].namespace, info[FIRST].pod, info[FIRST].container) == (
+            "inference",
+            "llama-70b-7d9c5b6f4d-x2k8q",
+            "vllm",
+        )
+        assert (info["static"].namespace, info["static"].pod) == ("", "")
 
         api.watches = [events(("MODIFIED", deleted), end=False)]
         api.http.stopping.set()  # the silent watch ends; the next one brings the deletion

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import KubernetesDiscovery, PodSelection
+from exporter.config import KubernetesDiscovery, PodRef, PodSelection
 from exporter.discovery.pods import targets_from_pod
 from tests.discovery.pods import (
     CID_SGLANG,
@@ -37,11 +37,7 @@ def test_an_annotated_deployment_pod_is_probed_on_its_ip_and_found_by_its_contai
     )
     assert t.container_id == CID_VLLM  # "containerd://" stripped
     assert t.completion is not None and t.completion.model == "meta-llama/Llama-3.1-70B-Instruct"
-    assert (found.namespace, found.pod, found.container) == (
-        "inference",
-        "llama-70b-7d9c5b6f4d-x2k8q",
-        "vllm",
-    )
+    assert found.where == PodRef("inference", "llama-70b-7d9c5b6f4d-x2k8q", "vllm")
     assert found.pod_uid == "5b0e6a0c-2f7e-4d8a-9c61-3e2f1d0c9b8a"
 
 
@@ -81,7 +77,7 @@ def test_leaderworkerset_leaders_and_workers_learn_from_their_own_role():
 
 def test_the_container_annotation_picks_the_engine_out_of_two():
     found = only(two_container_pod())
-    assert found.container == "engine"
+    assert found.where.container == "engine"
     assert found.target.base_url.endswith(":8080")
     assert found.target.container_id == CID_VLLM
     assert found.target.name == "inference/qwen-5f6d8b9c7-abcde"  # one selected: no suffix
@@ -91,7 +87,7 @@ def test_a_pod_without_the_annotation_is_left_alone_unless_images_are_selected()
     assert targets_from_pod(plain_pod(), SETTINGS) == []
     by_image = KubernetesDiscovery(node_name=NODE, select=PodSelection.ANNOTATED_OR_IMAGE)
     found = only(plain_pod(), by_image)  # busybox is no engine
-    assert (found.target.engine, found.container) == ("vllm", "server")
+    assert (found.target.engine, found.where.container) == ("vllm", "server")
     assert found.target.container_id == CID_VLLM  # "docker://" stripped
     assert found.target.history_name == "research/Pod/scratch-vllm/server"
 

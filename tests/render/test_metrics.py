@@ -226,8 +226,14 @@ def test_labels_are_bounded_and_secret_free():
         "version",
         "kind",
         "le",
+        "namespace",
+        "pod",
+        "container",
     }
     assert "4242" not in text  # never a pid
+    # a discovered target's place in Kubernetes is joined on, never repeated per series
+    placed = [ln for ln in text.splitlines() if re.search(r'[{,](namespace|pod|container)="', ln)]
+    assert placed and all(ln.startswith("inference_server_info{") for ln in placed)
 
 
 def test_series_budget_two_targets_eight_gpus_under_200():
