@@ -228,6 +228,7 @@ class Daemon:
         #: Discovered targets by name, with when (monotonic) their pod was last seen.
         self._discovered: dict[str, tuple[Target, float]] = {}
         self._shadowed: set[str] = set()
+        self._discovery_error: str | None = None
         self._discovery = _start_discovery(settings)
         self._completions = ThreadPoolExecutor(max_workers=2, thread_name_prefix="completion")
         self._runner = SourceRunner(max(2, min(16, len(self._watched) + 1)))
@@ -585,8 +586,11 @@ class Daemon:
         try:
             self._set_targets(targets)
         except Exception as exc:  # one odd pod must not end the loop; retried next tick
-            log.error("discovered targets not applied first=%r", str(exc))
+            if str(exc) != self._discovery_error:  # once per problem, not once per tick
+                log.error("discovered targets not applied first=%r", str(exc))
+            self._discovery_error = str(exc)
             return
+        self._discovery_error = None
         for name in sorted({w.target.name for w in self._watched} - kept):
             log.info("discovered target added target=%s", name)
 

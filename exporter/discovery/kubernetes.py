@@ -288,9 +288,11 @@ class PodWatcher:
                     version = self._watch(version)
             except _Gone:
                 log.info("kubernetes watch expired, listing again")
-            except (httpx.HTTPError, ApiError, OSError, ValueError) as exc:
+            except Exception as exc:  # the thread must outlive any reply; a bug is logged
                 if self._stop.is_set():
                     return
+                if not isinstance(exc, httpx.HTTPError | ApiError | OSError | ValueError):
+                    log.exception("kubernetes discovery failed unexpectedly")
                 self._failed(_reason(exc))
                 self._stop.wait(delay)
                 delay = min(self._backoff_cap, delay * 2)
@@ -424,7 +426,7 @@ def _reason(exc: Exception) -> str:
         return "http_error"
     if isinstance(exc, ValueError):
         return "bad_response"
-    return "os_error"
+    return "os_error" if isinstance(exc, OSError) else "internal_error"
 
 
 def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:

@@ -107,7 +107,7 @@ def _discovered(
     host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
     model = _meta_value(meta, "completion-model")
     model = model if _PRINTABLE.fullmatch(model) else ""  # a label value: one line
-    health_path = _meta_value(meta, "health-path")
+    health_path, model_path = _meta_value(meta, "health-path"), _meta_value(meta, "model-path")
     target = Target(
         name=template.format(namespace=namespace, pod=pod, container=name),
         engine=engine.name,
@@ -116,7 +116,7 @@ def _discovered(
         probe_timeout_seconds=settings.probe_timeout_seconds,
         completion=CompletionProbe(model=model) if model else None,
         container_id=container_id,
-        model_path=_meta_value(meta, "model-path") or None,
+        model_path=model_path if _PATH.fullmatch(model_path) else None,
         model=model,
         history_key=f"{namespace}/{_owner(meta)}/{name}",
         pod=PodRef(namespace, pod, name),

@@ -122,10 +122,13 @@ def test_an_unreachable_api_server_is_a_source_down_and_the_daemon_ticks_on(tmp_
     api = FakeApiServer()
     api.close()  # nothing listens: connect refused
     daemon = daemon_for(api, tmp_path)
+
+    def kubernetes_errors():
+        return [s.error for s in daemon.tick().sources if s.source == "kubernetes"]
+
     try:
-        wait_for(lambda: any(s.source == "kubernetes" and not s.up for s in daemon.tick().sources))
-        snap = daemon.tick()
-        assert snap.targets == ()
-        assert [s.error for s in snap.sources if s.source == "kubernetes"] == ["connect_error"]
+        # "not_synced" until the first list fails, then why it failed
+        wait_for(lambda: kubernetes_errors() == ["connect_error"])
+        assert daemon.tick().targets == ()
     finally:
         daemon.close()

@@ -167,8 +167,10 @@ def test_annotations_that_would_break_a_probe_or_a_label_fall_back_to_defaults()
         {
             "inference-lifecycle.io/health-path": "health check",
             "inference-lifecycle.io/completion-model": "llama\nfake_metric 1",
+            "inference-lifecycle.io/model-path": "models/llama",
         }
     )
     t = only(pod).target
     assert t.health_path == "/health"  # vLLM's own
     assert t.model == "" and t.completion is None
+    assert t.model_path is None  # relative to what? the exporter's working directory is no one's
