@@ -260,7 +260,8 @@ def check_config(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     if problems or settings is None:
         return EXIT_USAGE
-    print(f"{args.config_file}: OK ({len(settings.targets)} targets)")
+    found = f", pods of node {k.node_name}" if (k := settings.kubernetes) else ""
+    print(f"{args.config_file}: OK ({len(settings.targets)} targets{found})")
     return EXIT_OK
 
 

@@ -403,3 +403,18 @@ def test_run_and_check_config_refuse_discovery_without_credentials(tmp_path, com
         f"{cfg}: discovery.kubernetes.kubeconfig: is required outside a cluster "
         "(KUBERNETES_SERVICE_HOST unset)"
     ]
+
+
+def test_check_config_says_discovery_is_on_and_for_which_node(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+    )
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[discovery.kubernetes]\nnode_name = "gpu-node-7"\nkubeconfig = "{kubeconfig}"\n'
+    )
+    run = check_config(cfg)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"{cfg}: OK (0 targets, pods of node gpu-node-7)"
