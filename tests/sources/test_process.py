@@ -251,6 +251,20 @@ def test_container_by_short_id_until_its_cgroup_is_removed(make_tree, tmp_path):
     assert source.sample() is None
 
 
+@pytest.mark.integration
+def test_an_absent_container_is_looked_for_on_full_ticks_only(make_tree, tmp_path):
+    engine = make_tree()
+    group = tmp_path / CONTAINER_DIRS["kubelet systemd driver, containerd"].format(id=ENGINE_ID)
+    source = ProcessSource(
+        target(container_id=ENGINE_ID), cgroup_root=str(tmp_path), rescan_every=3
+    )
+    assert source.sample() is None  # tick 1: walked, nothing there
+    group.mkdir(parents=True)
+    (group / "cgroup.procs").write_text(f"{engine.main_pid}\n")
+    assert source.sample() is None  # tick 2: no walk of every pod's cgroups for it
+    assert sample(source).pid == engine.main_pid  # tick 3, a full one
+
+
 # --- faults: zombies, reaped and reparented workers, vanishing and reused pids -------------
 
 

@@ -94,13 +94,17 @@ class _PortThenCmdlineFinder(_Walked):
 class _CgroupFinder:
     """A cgroup's members: the main process is the oldest whose parent is outside it.
 
-    Subclasses say where the cgroup is (``_locate``); its directory is kept while it exists,
-    and looked for again, walking the hierarchy, only on full ticks.
+    Subclasses say where the cgroup is (``_locate``); its directory is kept while it exists.
+    While it is absent, the hierarchy is walked every tick when ``_WALK_WHILE_ABSENT``, else
+    on the first tick and then on full ticks only.
     """
+
+    _WALK_WHILE_ABSENT: bool = True
 
     def __init__(self, cgroup_root: str) -> None:
         self._root = cgroup_root
         self._dir: str | None = None
+        self._searched = False
         self._pids: list[int] = []
 
     def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
@@ -123,7 +127,9 @@ class _CgroupFinder:
 
     def _read_procs(self, full: bool) -> list[int]:
         if self._dir is None or not os.path.isdir(self._dir):
-            self._dir = self._locate(walk=full or self._dir is None)
+            eager = self._dir is None and (self._WALK_WHILE_ABSENT or not self._searched)
+            self._dir = self._locate(walk=full or eager)
+            self._searched = True
         if self._dir is None:
             return []
         pids: dict[int, None] = {}
@@ -170,7 +176,13 @@ class _ContainerFinder(_CgroupFinder):
     ``docker/``, ``system.slice/docker-ID.scope``, Podman's ``machine.slice/libpod-ID.scope``
     or a rootless user's slice. A container that restarts keeps its ID and its directory;
     a new one has a new ID (a discovered target then names the new one).
+
+    The walk covers every pod on the node, so a container not there (gone, within its
+    target's grace) is looked for on full ticks only: the runtime reports an ID only once
+    the container's cgroup exists, so the first look finds a new one.
     """
+
+    _WALK_WHILE_ABSENT = False
 
     def __init__(self, container_id: str, cgroup_root: str) -> None:
         super().__init__(cgroup_root)
