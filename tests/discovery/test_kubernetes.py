@@ -7,8 +7,10 @@ discovery down and is retried with growing pauses, and credentials are what kube
 
 from __future__ import annotations
 
+import base64
 import copy
 import itertools
+import tempfile
 import time
 from pathlib import Path
 
@@ -302,3 +304,46 @@ def test_closing_during_a_silent_watch_returns_at_once(api):
     started = time.monotonic()
     watcher.close()
     assert time.monotonic() - started < 2
+
+
+def test_a_kubeconfig_with_client_certificate_data_and_a_token_file(tmp_path, monkeypatch):
+    tls = make_tls_files(tmp_path)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where ssl's key file goes
+
+    def b64(path: str) -> str:
+        return base64.b64encode(Path(path).read_bytes()).decode()
+
+    (tmp_path / "token").write_text("from-file\n")
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "current-context: c\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        f"clusters: [{{name: k, cluster: {{server: 'https://127.0.0.1:6443', "
+        f"certificate-authority-data: {b64(tls.ca_file)}}}}}]\n"
+        f"users: [{{name: u, user: {{client-certificate-data: {b64(tls.cert_file)}, "
+        f"client-key-data: {b64(tls.key_file)}, tokenFile: token}}}}]\n"
+    )
+    creds = load_credentials(KubernetesDiscovery(node_name=NODE, kubeconfig=str(path)), "c.toml")
+    assert creds.server == "https://127.0.0.1:6443"
+    assert creds.ssl_context is not None
+    assert creds.headers() == {"Authorization": "Bearer from-file"}  # relative to the file
+    assert list(scratch.iterdir()) == []  # the key went through a directory since removed
+
+
+def test_a_client_key_that_does_not_match_is_refused_in_one_line(tmp_path):
+    (tmp_path / "other").mkdir()
+    tls, other = make_tls_files(tmp_path), make_tls_files(tmp_path / "other")
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+        f"users: [{{name: u, user: {{client-certificate: {tls.cert_file}, "
+        f"client-key: {other.key_file}}}}}]\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_credentials(KubernetesDiscovery(node_name=NODE, kubeconfig=str(path)), "c.toml")
+    assert (
+        str(info.value) == "c.toml: discovery.kubernetes.kubeconfig: TLS files unusable: SSLError"
+    )
