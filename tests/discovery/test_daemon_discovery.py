@@ -7,6 +7,7 @@ here); the daemon, its sources, history and the watcher are the real ones.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 
 import pytest
@@ -130,5 +131,45 @@ def test_an_unreachable_api_server_is_a_source_down_and_the_daemon_ticks_on(tmp_
         # "not_synced" until the first list fails, then why it failed
         wait_for(lambda: kubernetes_errors() == ["connect_error"])
         assert daemon.tick().targets == ()
+    finally:
+        daemon.close()
+
+
+def test_a_reload_keeps_the_watcher_when_discovery_is_unchanged_and_drops_it_when_off(
+    api, tmp_path
+):
+    api.add(vllm_deployment_pod())
+    daemon = daemon_for(api, tmp_path)
+    try:
+        wait_for(lambda: target_names(daemon) == [FIRST])
+        lists = len([q for q in api.queries() if "watch" not in q])
+        same = daemon.settings
+        assert daemon.reload(lambda: same)
+        assert target_names(daemon) == [FIRST]  # same watcher, no new list, target kept
+        assert len([q for q in api.queries() if "watch" not in q]) == lists
+
+        off = Settings(interval_seconds=0.5, state_directory=str(tmp_path), nvml=False)
+        assert daemon.reload(lambda: off)
+        snap = daemon.tick()
+        assert snap.targets == ()
+        assert not [s for s in snap.sources if s.source == "kubernetes"]
+    finally:
+        daemon.close()
+
+
+def test_a_reload_onto_another_node_watches_its_pods_and_lets_the_old_ones_go(api, tmp_path):
+    api.add(vllm_deployment_pod())
+    api.add(vllm_deployment_pod(metadata__uid="y", metadata__name="there", spec__nodeName="n9"))
+    daemon = daemon_for(api, tmp_path)
+    try:
+        wait_for(lambda: target_names(daemon) == [FIRST])
+        moved = daemon.settings.kubernetes
+        assert moved is not None
+        settings = dataclasses.replace(
+            daemon.settings, kubernetes=dataclasses.replace(moved, node_name="n9")
+        )
+        assert daemon.reload(lambda: settings)
+        wait_for(lambda: target_names(daemon) == ["inference/there"])  # FIRST after its grace
+        assert all("spec.nodeName=n9" in q["fieldSelector"] for q in api.queries()[-2:])
     finally:
         daemon.close()
