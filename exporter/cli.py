@@ -214,10 +214,10 @@ def config_problems(
     """Load the config and check everything ``run`` needs before it starts.
 
     ``check-config`` and ``run`` share this, so whatever ``run`` refuses, ``check-config``
-    refuses first, with the same one line per problem: the TOML, each API key file, the web
-    config (TLS files, users, headers). With ``environment`` (``check-config``) also what
-    ``run`` survives but an operator should hear of, e.g. an unwritable state directory
-    (``run`` then keeps history in memory).
+    refuses first, with the same one line per problem: the TOML, each API key file, the
+    Kubernetes credentials, the web config (TLS files, users, headers). With ``environment``
+    (``check-config``) also what ``run`` survives but an operator should hear of, e.g. an
+    unwritable state directory (``run`` then keeps history in memory).
 
     Returns:
         The settings (None when the TOML itself failed) and the problems found.
@@ -238,6 +238,13 @@ def config_problems(
             load_api_key(target)
         except ConfigError as exc:
             problems.append(str(exc))
+    if settings is not None and settings.kubernetes is not None:
+        from exporter.discovery.kubernetes import load_credentials
+
+        try:
+            load_credentials(settings.kubernetes, settings.source_path)
+        except ConfigError as exc:
+            problems.append(str(exc))
     if args.web_config_file:
         try:
             validate_web_config(args.web_config_file)
@@ -253,7 +260,8 @@ def check_config(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     if problems or settings is None:
         return EXIT_USAGE
-    print(f"{args.config_file}: OK ({len(settings.targets)} targets)")
+    found = f", pods of node {k.node_name}" if (k := settings.kubernetes) else ""
+    print(f"{args.config_file}: OK ({len(settings.targets)} targets{found})")
     return EXIT_OK
 
 

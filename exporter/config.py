@@ -7,9 +7,11 @@ are collected before raising, so one run of ``check-config`` lists everything.
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 import stat
+import string
 import tempfile
 import tomllib
 from collections.abc import Callable, Mapping
@@ -31,6 +33,7 @@ DEFAULT_STATE_DIRECTORY: Final = "/var/lib/inference-lifecycle-exporter"
 # Checked with fullmatch: "$" would let a trailing newline through (into a label value).
 _BARE_KEY = re.compile(r"[A-Za-z0-9_\-\[\]]+")
 _LABEL_SAFE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # C0 and C1 controls and DEL: never meant in a URL, a path, a name or a label value.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -128,9 +131,21 @@ class StallThresholds:
 
 
 @dataclass(frozen=True, slots=True)
+class PodRef:
+    """Where a discovered target runs in Kubernetes: ``inference_server_info`` labels only."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """One watched inference server.
 
+    ``container_id`` names the container whose cgroup holds the server; a discovered
+    container not created yet has ``""`` (nothing is found until the runtime reports it).
+    ``history_key`` is where ETAs and thresholds are learned from, when not the name.
     ``engine`` is the engine's name (labels, JSON); ``profile`` is that engine resolved once,
     here, so no source looks it up by string again.
     """
@@ -144,6 +159,7 @@ class Target:
     unit: str | None = None
     pidfile: str | None = None
     cmdline: str | None = None
+    container_id: str | None = None
     log_file: str | None = None
     journal: bool = False
     model_path: str | None = None
@@ -152,6 +168,8 @@ class Target:
     model: str = ""
     api_key_file: str | None = None
     api_key_env: str | None = None
+    history_key: str = ""
+    pod: PodRef | None = None
     stall: StallThresholds = field(default_factory=StallThresholds)
     log_patterns: LogPatterns = field(default_factory=LogPatterns)
     profile: Engine = field(init=False, repr=False, compare=False)
@@ -161,6 +179,11 @@ class Target:
         if engine is None:
             raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
         object.__setattr__(self, "profile", engine)
+
+    @property
+    def history_name(self) -> str:
+        """The name its finished starts are kept under: shared by a workload's replicas."""
+        return self.history_key or self.name
 
     @property
     def health_url(self) -> str:
@@ -174,6 +197,35 @@ class Target:
         return parts.port or (443 if parts.scheme == "https" else 80)
 
 
+class PodSelection(enum.StrEnum):
+    """Which containers of the node's pods become targets."""
+
+    #: Pods carrying the ``inference-lifecycle.io/engine`` annotation or label.
+    ANNOTATED = "annotated"
+    #: Those, and containers whose image or command names an engine's server.
+    ANNOTATED_OR_IMAGE = "annotated_or_image"
+
+
+#: Placeholders of ``[discovery.kubernetes] name_template``.
+NAME_PLACEHOLDERS: Final = ("namespace", "pod", "container")
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesDiscovery:
+    """``[discovery.kubernetes]``: targets from the pods of one node, watched on the API server.
+
+    ``kubeconfig`` None means in-cluster credentials (the pod's service account).
+    ``grace_seconds`` is how long a gone pod's targets keep exporting their final state.
+    """
+
+    node_name: str
+    kubeconfig: str | None = None
+    name_template: str = "{namespace}/{pod}"
+    select: PodSelection = PodSelection.ANNOTATED
+    grace_seconds: float = 300.0
+    probe_timeout_seconds: float = 0.8
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The whole validated config file."""
@@ -184,6 +236,7 @@ class Settings:
     source_path: str = ""
     nvml: bool = True
     nvml_library_dir: str | None = None
+    kubernetes: KubernetesDiscovery | None = None
 
 
 def parse_duration(value: object) -> float:
@@ -420,6 +473,13 @@ def _check_unit(value: str) -> str | None:
     return "must be a unit name, not a path" if "/" in value else None
 
 
+def _check_container_id(value: str) -> str | None:
+    """A container ID as runtimes print it: 64 hex characters, or a unique prefix of 12 or more."""
+    if _CONTAINER_ID.fullmatch(value):
+        return None
+    return "must be 12 to 64 lowercase hex characters (a container ID)"
+
+
 def _check_env_name(value: str) -> str | None:
     if _ENV_NAME.fullmatch(value):
         return None
@@ -521,30 +581,33 @@ def _read_probe_timeout(r: _Table, interval: float) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class _Finders:
-    """How a target's process and logs are found (at most one of unit, pidfile, cmdline)."""
+    """How a target's process and logs are found (one of unit, pidfile, cmdline, container_id)."""
 
     unit: str | None
     pidfile: str | None
     cmdline: str | None
+    container_id: str | None
     log_file: str | None
     journal: bool
 
 
 def _read_finders(r: _Table) -> _Finders:
-    unit, pidfile, cmdline = (r.optional_str(k) for k in ("unit", "pidfile", "cmdline"))
+    keys = ("unit", "pidfile", "cmdline", "container_id")
+    unit, pidfile, cmdline, container_id = (r.optional_str(k) for k in keys)
     r.check("unit", unit, _check_unit)
     r.check("cmdline", cmdline, _check_cmdline)
     r.check("pidfile", pidfile, _check_file_path)
-    given = [k for k, v in (("unit", unit), ("pidfile", pidfile), ("cmdline", cmdline)) if v]
+    r.check("container_id", container_id, _check_container_id)
+    given = [k for k, v in zip(keys, (unit, pidfile, cmdline, container_id), strict=True) if v]
     if len(given) > 1:
-        r.fail(given[1], f"conflicts with {given[0]}: use one of unit, pidfile, cmdline")
+        r.fail(given[1], f"conflicts with {given[0]}: use one of {', '.join(keys)}")
     log_file = r.optional_str("log_file")
     r.check("log_file", log_file, _check_file_path)
     r.check("log_file", log_file, _check_log_file)
     journal = r.bool_field("journal", bool(unit) and not log_file)
     if journal and not unit:
         r.fail("journal", "needs unit to know which journal entries are this server's")
-    return _Finders(unit, pidfile, cmdline, log_file, journal)
+    return _Finders(unit, pidfile, cmdline, container_id, log_file, journal)
 
 
 def _read_gpus(r: _Table) -> tuple[int, ...] | None:
@@ -615,6 +678,7 @@ def _read_target(
         unit=finders.unit,
         pidfile=finders.pidfile,
         cmdline=finders.cmdline,
+        container_id=finders.container_id,
         log_file=finders.log_file,
         journal=finders.journal,
         model_path=model_path,
@@ -663,8 +727,56 @@ def _read_interval(ex: _Table) -> float:
     return interval
 
 
-def parse_settings(data: Mapping[str, object], path: str) -> Settings:
+def _check_name_template(value: str) -> str | None:
+    try:
+        fields = [f for _text, f, _spec, _conv in string.Formatter().parse(value) if f is not None]
+    except ValueError as exc:  # an unmatched brace
+        return f"is not a template: {exc}"
+    for name in fields:
+        if name not in NAME_PLACEHOLDERS:
+            known = ", ".join(f"{{{p}}}" for p in NAME_PLACEHOLDERS)
+            return f"unknown placeholder {{{name}}}; known: {known}"
+    return _check_word(value)
+
+
+def _read_kubernetes(
+    k: _Table, interval: float, environ: Mapping[str, str]
+) -> KubernetesDiscovery | None:
+    enabled = k.bool_field("enabled", True)
+    node_name = k.optional_str("node_name") or environ.get("NODE_NAME", "")
+    k.check("node_name", node_name, _check_word)
+    kubeconfig = k.optional_str("kubeconfig")
+    k.check("kubeconfig", kubeconfig, _check_file_path)
+    template = k.str_field("name_template", "{namespace}/{pod}")
+    k.check("name_template", template, _check_name_template)
+    select = k.str_field("select", PodSelection.ANNOTATED)
+    if select not in set(PodSelection):
+        k.fail("select", f"must be one of {', '.join(PodSelection)}")
+        select = PodSelection.ANNOTATED
+    grace = k.duration("grace", 300.0)
+    timeout = _read_probe_timeout(k, interval)
+    k.reject_unknown()
+    if enabled and not node_name:
+        k.fail("node_name", "is required (or set the NODE_NAME environment variable)")
+    if not enabled or not node_name:
+        return None
+    return KubernetesDiscovery(
+        node_name=node_name,
+        kubeconfig=kubeconfig,
+        name_template=template,
+        select=PodSelection(select),
+        grace_seconds=300.0 if grace is None else grace,
+        probe_timeout_seconds=timeout or 0.8,
+    )
+
+
+def parse_settings(
+    data: Mapping[str, object], path: str, environ: Mapping[str, str] | None = None
+) -> Settings:
     """Validate parsed TOML; ``path`` only names the file in error messages.
+
+    ``environ`` (default: the process environment) gives defaults the file may leave out:
+    ``NODE_NAME``, which a DaemonSet sets from the downward API.
 
     Raises:
         ConfigErrors: one entry per problem found.
@@ -673,6 +785,7 @@ def parse_settings(data: Mapping[str, object], path: str) -> Settings:
     top = _Table(path, errors, "", data)
     exporter_table = top.table_field("exporter")
     target_tables = top.list_field("target") or []
+    discovery_table = top.table_field("discovery")
     top.reject_unknown()
     ex = top.sub("exporter", exporter_table)
     interval = _read_interval(ex)
@@ -683,6 +796,18 @@ def parse_settings(data: Mapping[str, object], path: str) -> Settings:
     ex.check("nvml_library_dir", nvml_library_dir, _check_file_path)
     ex.reject_unknown()
     targets = _read_targets(path, errors, target_tables, interval)
+    discovery = top.sub("discovery", discovery_table)
+    kubernetes_table = discovery.table_field("kubernetes")
+    discovery.reject_unknown()
+    kubernetes = (
+        _read_kubernetes(
+            discovery.sub("kubernetes", kubernetes_table),
+            interval,
+            os.environ if environ is None else environ,
+        )
+        if isinstance(discovery_table.get("kubernetes"), dict)
+        else None
+    )
     if errors:
         raise ConfigErrors(errors)
     return Settings(
@@ -692,6 +817,7 @@ def parse_settings(data: Mapping[str, object], path: str) -> Settings:
         source_path=path,
         nvml=nvml,
         nvml_library_dir=nvml_library_dir,
+        kubernetes=kubernetes,
     )
 
 

@@ -51,6 +51,7 @@ from exporter.core.observe import (
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.core.trail import Trails, follow
+from exporter.discovery.kubernetes import PodWatcher, load_credentials
 from exporter.errors import ConfigErrors
 from exporter.history import History
 from exporter.sdnotify import Notifier
@@ -228,6 +229,11 @@ class Daemon:
         ]
         self._gpu_reading = GpuReading(gpus=())
         self._watched = [self._watch(t) for t in settings.targets]
+        #: Discovered targets by name, with when (monotonic) their pod was last seen.
+        self._discovered: dict[str, tuple[Target, float]] = {}
+        self._shadowed: set[str] = set()
+        self._discovery_error: str | None = None
+        self._discovery = _start_discovery(settings)
         self._completions = ThreadPoolExecutor(max_workers=2, thread_name_prefix="completion")
         self._runner = SourceRunner(max(2, min(16, len(self._watched) + 1)))
         self._ticks = 0
@@ -249,12 +255,14 @@ class Daemon:
             logs=make_log_source(target, self.settings.state_directory),
             world=TargetWorld(state, classifier),
             thresholds=self._thresholds(target),
-            typical_start_seconds=self.history.expectations(target.name).typical_duration_seconds,
-            recent_starts=tuple(self.history.starts(target.name, RECENT_STARTS_SHOWN)),
+            typical_start_seconds=self.history.expectations(
+                target.history_name
+            ).typical_duration_seconds,
+            recent_starts=tuple(self.history.starts(target.history_name, RECENT_STARTS_SHOWN)),
         )
 
     def _thresholds(self, target: Target) -> Thresholds:
-        exp = self.history.expectations(target.name)
+        exp = self.history.expectations(target.history_name)
         stall = {
             p: learned_stall_seconds(exp.longest_quiet.get(p), target.stall.for_phase(p), p)
             for p in STARTUP_PHASES
@@ -271,6 +279,7 @@ class Daemon:
     def tick(self) -> Snapshot:
         """Sample every source once, observe and step every target, publish the snapshot."""
         started = time.perf_counter()
+        self._follow_discovery()
         completions = [self._collect_completion(w) for w in self._watched]
         deadline = time.monotonic() + self.settings.interval_seconds
         # Process trees first (a few ms of /proc reads), everything else after: an engine's
@@ -315,6 +324,9 @@ class Daemon:
             targets.append(_with_log_backlog(target, w, r.logs, now))
             self._schedule_completion(w, now)
         statuses.append(self._history_status())
+        if self._discovery is not None:
+            health = self._discovery.health()
+            statuses.append(SourceStatus("kubernetes", health.up, 0.0, health.error))
         for st in statuses:
             self._health.record(st)
             if not st.up:
@@ -405,18 +417,22 @@ class Daemon:
         w.trails = follow(w.trails, obs, state, per_gpu)
         self._log_edges(w)
         if state.finished_start is not None:
-            self.history.record(
-                w.target.name, w.target.engine, w.target.model, state.finished_start
-            )
+            key = w.target.history_name  # a workload's replicas learn from each other
+            self.history.record(key, w.target.engine, w.target.model, state.finished_start)
             w.thresholds = self._thresholds(w.target)
-            w.typical_start_seconds = self.history.expectations(
-                w.target.name
-            ).typical_duration_seconds
-            w.recent_starts = tuple(self.history.starts(w.target.name, RECENT_STARTS_SHOWN))
+            w.typical_start_seconds = self.history.expectations(key).typical_duration_seconds
+            w.recent_starts = tuple(self.history.starts(key, RECENT_STARTS_SHOWN))
         if state.phase is not w.last_phase or state.phase in STARTUP_PHASES:
             self._save_progress(w)
         w.last_phase, w.last_stalled = state.phase, state.stalled
-        info = TargetInfo(w.target.name, w.target.engine, w.target.deployment, w.target.model)
+        where = w.target.pod
+        info = TargetInfo(
+            w.target.name,
+            w.target.engine,
+            w.target.deployment,
+            w.target.model,
+            *((where.namespace, where.pod, where.container) if where else ()),
+        )
         return TargetSnapshot(
             info=info,
             state=state,
@@ -519,23 +535,86 @@ class Daemon:
         except Exception as exc:  # ConfigError, or anything else: the loop outlives a reload
             log.error("config reload failed, keeping the running config first=%r", str(exc))
             return False
-        old = {w.target.name: w for w in self._watched}
         try:
-            watched = [self._rewatch(t, old.get(t.name)) for t in settings.targets]
-        except Exception as exc:  # e.g. a world-readable api_key_file; never end the loop
+            discovery = (
+                self._discovery
+                if settings.kubernetes == self.settings.kubernetes
+                else _start_discovery(settings)
+            )
+        except Exception as exc:  # credentials unreadable: never end the loop
             log.error("config reload failed, keeping the running config first=%r", str(exc))
             return False
-        kept = {w.target.name for w in watched}
-        for name, w in old.items():
-            if name not in kept or w not in watched:
-                self._close_sources(w.sources())
-        self._watched, self.settings = watched, settings
+        discovered = self._discovered_targets(settings) if discovery is not None else []
+        try:
+            self._set_targets([*settings.targets, *discovered])
+        except Exception as exc:  # e.g. a world-readable api_key_file; never end the loop
+            if discovery is not None and discovery is not self._discovery:
+                discovery.close()
+            log.error("config reload failed, keeping the running config first=%r", str(exc))
+            return False
+        if discovery is not self._discovery:
+            # The old watcher's targets stay for their grace, as for any gone pod.
+            if self._discovery is not None:
+                self._discovery.close()
+            self._discovery = discovery
+            if discovery is None:
+                self._discovered = {}
+        self.settings = settings
         log.info(
             "config reloaded targets=%s interval_s=%g",
-            ",".join(sorted(kept)) or "-",
+            ",".join(sorted(w.target.name for w in self._watched)) or "-",
             settings.interval_seconds,
         )
         return True
+
+    def _set_targets(self, targets: list[Target]) -> None:
+        """Watch exactly ``targets``: unchanged ones go on, changed ones keep their state.
+
+        Raises:
+            Exception: a target's sources could not be built; nothing was changed.
+        """
+        old = {w.target.name: w for w in self._watched}
+        watched = [self._rewatch(t, old.get(t.name)) for t in targets]
+        for w in old.values():
+            if w not in watched:
+                self._close_sources(w.sources())
+        self._watched = watched
+
+    def _follow_discovery(self) -> None:
+        """Merge the discovered targets into the watched ones, when they changed."""
+        if self._discovery is None:
+            return
+        kept = {w.target.name for w in self._watched}
+        now = time.monotonic()
+        for found in self._discovery.snapshot():
+            self._discovered[found.target.name] = (found.target, now)
+        grace = self.settings.kubernetes.grace_seconds if self.settings.kubernetes else 0.0
+        for name, (_target, seen) in list(self._discovered.items()):
+            if now - seen > grace:
+                del self._discovered[name]
+                log.info("discovered target dropped target=%s after_s=%.0f", name, now - seen)
+        targets = [*self.settings.targets, *self._discovered_targets(self.settings)]
+        if targets == [w.target for w in self._watched]:
+            return
+        try:
+            self._set_targets(targets)
+        except Exception as exc:  # one odd pod must not end the loop; retried next tick
+            if str(exc) != self._discovery_error:  # once per problem, not once per tick
+                log.error("discovered targets not applied first=%r", str(exc))
+            self._discovery_error = str(exc)
+            return
+        self._discovery_error = None
+        for name in sorted({w.target.name for w in self._watched} - kept):
+            log.info("discovered target added target=%s", name)
+
+    def _discovered_targets(self, settings: Settings) -> list[Target]:
+        """Discovered targets, less those a static target's name already takes."""
+        static = {t.name for t in settings.targets}
+        shadowed = {name for name in self._discovered if name in static}
+        for name in sorted(shadowed - self._shadowed):
+            log.warning("discovered target shadowed by a static one target=%s", name)
+        self._shadowed = shadowed
+        return [t for name, (t, _seen) in sorted(self._discovered.items()) if name not in static]
 
     def _rewatch(self, target: Target, old: _Watched | None) -> _Watched:
         if old is not None and old.target == target:
@@ -556,6 +635,8 @@ class Daemon:
     def close(self) -> None:
         """Stop helpers and release resources."""
         self.notifier.notify("STOPPING=1")
+        if self._discovery is not None:
+            self._discovery.close()
         self._runner.close()
         self._completions.shutdown(wait=True, cancel_futures=True)
         for w in self._watched:
@@ -565,6 +646,21 @@ class Daemon:
         self.history.close()
         self.stuck_sources = self._runner.stuck
         self.notifier.close()
+
+
+def _start_discovery(settings: Settings) -> PodWatcher | None:
+    """The pod watcher of ``[discovery.kubernetes]``, started; None without the section.
+
+    Raises:
+        ConfigError: the credentials cannot be loaded (``check-config`` reports it first).
+    """
+    if settings.kubernetes is None:
+        return None
+    credentials = load_credentials(settings.kubernetes, settings.source_path)
+    watcher = PodWatcher(settings.kubernetes, credentials)
+    watcher.start()
+    log.info("kubernetes discovery started node=%s", settings.kubernetes.node_name)
+    return watcher
 
 
 def _as(value: object, kind: type[T_]) -> T_ | None:

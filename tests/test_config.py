@@ -362,3 +362,59 @@ def test_user_patterns_are_compiled_for_linear_time_matching():
     assert fatal.search(hostile) is None  # Python's re takes longer than anyone waits
     assert fatal.search("A" * 5000) is not None
     assert UserRegex(target.cmdline or "").search("x" * 5000) is None
+
+
+def test_kubernetes_discovery_takes_the_node_from_node_name_as_the_downward_api_sets_it():
+    from exporter.config import PodSelection, parse_settings
+
+    data = {"discovery": {"kubernetes": {"grace": "2m"}}}
+    k = parse_settings(data, "c.toml", environ={"NODE_NAME": "gpu-node-7"}).kubernetes
+    assert k is not None and (k.node_name, k.grace_seconds, k.select) == (
+        "gpu-node-7",
+        120.0,
+        PodSelection.ANNOTATED,
+    )
+    assert k.name_template == "{namespace}/{pod}" and k.kubeconfig is None
+    off = {"discovery": {"kubernetes": {"enabled": False}}}
+    assert parse_settings(off, "c.toml", environ={}).kubernetes is None
+    with pytest.raises(ConfigErrors) as info:
+        parse_settings(data, "c.toml", environ={})
+    assert [str(e) for e in info.value.errors] == [
+        "c.toml: discovery.kubernetes.node_name: is required (or set the NODE_NAME environment "
+        "variable)"
+    ]
+
+
+@pytest.mark.parametrize("command", ["run", "check-config"])
+def test_run_and_check_config_refuse_discovery_without_credentials(tmp_path, command):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[discovery.kubernetes]\nnode_name = "gpu-node-7"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", command, "--config.file", str(cfg)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"{cfg}: discovery.kubernetes.kubeconfig: is required outside a cluster "
+        "(KUBERNETES_SERVICE_HOST unset)"
+    ]
+
+
+def test_check_config_says_discovery_is_on_and_for_which_node(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+    )
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[discovery.kubernetes]\nnode_name = "gpu-node-7"\nkubeconfig = "{kubeconfig}"\n'
+    )
+    run = check_config(cfg)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"{cfg}: OK (0 targets, pods of node gpu-node-7)"

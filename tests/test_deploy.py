@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -338,12 +339,47 @@ def test_daemonset_mounts_journal_read_only_and_state_on_the_host():
 
 
 def test_daemonset_config_passes_check_config(tmp_path):
+    # Outside the cluster the service account is missing: a kubeconfig stands in for it.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:1'}}]\nusers: []\n"
+    )
+    text = manifests()["ConfigMap"]["data"]["config.toml"].replace(
+        "[discovery.kubernetes]\n", f'[discovery.kubernetes]\nkubeconfig = "{kubeconfig}"\n'
+    )
+    assert str(kubeconfig) in text
     config = tmp_path / "config.toml"
-    config.write_text(manifests()["ConfigMap"]["data"]["config.toml"])
+    config.write_text(text)
     args = _pod()["containers"][0]["args"]
     assert "--config.file=/etc/inference-lifecycle-exporter/config.toml" in args
-    result = run(sys.executable, "-m", "exporter", "check-config", "--config.file", str(config))
+    env = {**os.environ, "NODE_NAME": "gpu-node-7"}
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", "check-config", "--config.file", str(config)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_discovery_may_read_pods_of_the_node_and_nothing_else():
+    docs = {}
+    for doc in yaml.safe_load_all((K8S / "rbac.yaml").read_text()):
+        docs[doc["kind"]] = doc
+    assert docs["ClusterRole"]["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    binding = docs["ClusterRoleBinding"]
+    assert binding["subjects"][0]["name"] == docs["ServiceAccount"]["metadata"]["name"]
+    pod = _pod()
+    assert pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+        kubernetes_validate.validate(docs[kind], K8S_VERSIONS[-1], strict=True)
 
 
 def test_service_and_monitors_select_the_daemonset_pods_by_port_name():

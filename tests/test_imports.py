@@ -86,7 +86,15 @@ def test_pure_modules_import_only_what_they_may(module, allowed):
         ("pynvml", {"exporter.sources.gpu", "exporter.sources.nvml_worker"}),
         ("systemd", {"exporter.sources.logs"}),
         # config only parses base URLs with httpx.URL (no I/O), exactly as the probes will
-        ("httpx", {"exporter.sources.probe", "exporter.commands.wait", "exporter.config"}),
+        (
+            "httpx",
+            {
+                "exporter.sources.probe",
+                "exporter.commands.wait",
+                "exporter.config",
+                "exporter.discovery.kubernetes",
+            },
+        ),
         (
             "psutil",
             {
@@ -116,6 +124,7 @@ def test_only_the_shell_imports_sources():
     users = {m for m in importers_of("exporter.sources") if not m.startswith("exporter.sources")}
     assert users <= {
         "exporter.daemon",
+        "exporter.discovery.kubernetes",  # the probes' socket watchdog
         "exporter.cli",
         "exporter.commands.wait",
         "exporter.commands.replay",
@@ -152,3 +161,11 @@ def test_importing_the_package_has_no_side_effects():
         "assert not logging.getLogger().handlers\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)
+
+
+def test_discovery_does_io_only_in_its_client():
+    pure = imports_of(MODULES["exporter.discovery.pods"])
+    assert {i for i in pure if i.split(".")[0] not in STDLIB} <= {
+        "exporter.config",
+        "exporter.engines",
+    }

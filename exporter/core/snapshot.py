@@ -15,12 +15,18 @@ from exporter.core.trail import Trails
 
 @dataclass(frozen=True, slots=True)
 class TargetInfo:
-    """Static facts about a target, from config (the ``inference_server_info`` labels)."""
+    """Static facts about a target, from config (the ``inference_server_info`` labels).
+
+    ``namespace``, ``pod`` and ``container`` are a discovered target's, "" for a static one.
+    """
 
     name: str
     engine: str
     deployment: str = ""
     model: str = ""
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
 
 
 @dataclass(frozen=True, slots=True)

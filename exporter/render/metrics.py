@@ -140,7 +140,7 @@ def _info_and_phase(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
     info = _gauge(
         "inference_server_info",
         "Static facts about a watched server; value is 1. Join on target.",
-        ("target", "engine", "deployment", "model"),
+        ("target", "engine", "deployment", "model", "namespace", "pod", "container"),
     )
     phase = _gauge(
         "inference_server_phase",
@@ -155,7 +155,10 @@ def _info_and_phase(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
     )
     for t in targets:
         s = t.state
-        info.add_metric([t.info.name, t.info.engine, t.info.deployment, t.info.model], 1.0)
+        i = t.info
+        info.add_metric(
+            [i.name, i.engine, i.deployment, i.model, i.namespace, i.pod, i.container], 1.0
+        )
         for p in Phase:
             phase.add_metric([t.info.name, p.value], 1.0 if s.phase is p else 0.0)
         if s.phase_since is not None:

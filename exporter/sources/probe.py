@@ -74,8 +74,10 @@ class _Reply:
     body: bytes = b""
 
 
-class _Watchdog:
-    """Shuts the probe's socket down at the deadline, so no single read can outlive it.
+class Watchdog:
+    """Shuts a request's socket down at the deadline, so no single read can outlive it.
+
+    Used by the probes and by the Kubernetes watch (which also fires it to stop at once).
 
     httpx timeouts apply per read (encode/httpx#1450): a server trickling its headers or body
     would otherwise hold the probe far past its deadline. The socket comes from httpcore's
@@ -87,7 +89,7 @@ class _Watchdog:
         self._sock: socket.socket | None = None
         self._done = False
         self.fired = False
-        self._timer = threading.Timer(seconds, self._fire)
+        self._timer = threading.Timer(seconds, self.fire)
         self._timer.daemon = True
         self._timer.start()
 
@@ -108,7 +110,8 @@ class _Watchdog:
             self._done = True
             return self.fired
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
+        """Shut the socket down now (as the deadline would), unless the request is done."""
         with self._lock:
             if self._done:
                 return
@@ -464,7 +467,7 @@ class Prober:
         cap: int | None = None,
     ) -> None:
         """One bounded exchange into ``reply``; any failure as ``_Failed`` with its outcome."""
-        dog = _Watchdog(timeout)
+        dog = Watchdog(timeout)
         try:
             deadline = time.monotonic() + timeout
             self._exchange(method, path, content, reply, deadline, dog, cap or self._cap)
@@ -515,7 +518,7 @@ class Prober:
         content: bytes | None,
         reply: _Reply,
         deadline: float,
-        dog: _Watchdog,
+        dog: Watchdog,
         cap: int,
     ) -> None:
         remaining = max(deadline - time.monotonic(), 0.001)

@@ -241,8 +241,14 @@ def test_labels_are_bounded_and_secret_free():
         "version",
         "kind",
         "le",
+        "namespace",
+        "pod",
+        "container",
     }
     assert "4242" not in text  # never a pid
+    # a discovered target's place in Kubernetes is joined on, never repeated per series
+    placed = [ln for ln in text.splitlines() if re.search(r'[{,](namespace|pod|container)="', ln)]
+    assert placed and all(ln.startswith("inference_server_info{") for ln in placed)
 
 
 def _series(snap: Snapshot) -> int:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,7 @@ from exporter.config import Target
 from exporter.core.model import ProcessSample
 from exporter.sources import run_source
 from exporter.sources.process import ProcessSource
+from tests.cgroupfs import cgroup_hierarchies
 from tests.sources.conftest import (
     DATA_BYTES,
     REPO_ROOT,
@@ -153,51 +154,8 @@ def test_unit_name_that_escapes_the_cgroup_tree_is_a_source_error():
 # --- systemd units through real cgroups ---------------------------------------------------
 
 
-def _cgroup_hierarchies() -> list[str]:
-    """Mounted hierarchies systemd puts units in: cgroup2 (unified) and v1 name=systemd."""
-    found = []
-    with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        for line in f:
-            head, _, tail = line.partition(" - ")
-            point, (fstype, _source, options) = head.split()[4], tail.split()[:3]
-            if fstype == "cgroup2" or (fstype == "cgroup" and "name=systemd" in options):
-                found.append(point)
-    return found
-
-
-@pytest.fixture
-def cgroup_dir() -> Iterator[Callable[[Path], Path]]:
-    """Create real cgroup directories (writable as root); removed, deepest first, afterwards."""
-    made: list[Path] = []
-
-    def make(path: Path) -> Path:
-        missing = [p for p in (path, *path.parents) if not p.exists()]
-        for p in reversed(missing):
-            p.mkdir()
-            made.append(p)
-        return path
-
-    yield make
-    for path in reversed(made):
-        for child in sorted(path.rglob("*"), reverse=True):
-            if child.is_dir():
-                _rmdir_when_empty(child)
-        _rmdir_when_empty(path)
-
-
-def _rmdir_when_empty(path: Path) -> None:
-    deadline = time.monotonic() + 10
-    while path.exists():
-        try:
-            path.rmdir()
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)  # killed members leave the cgroup when reaped
-
-
 @pytest.mark.integration
-@pytest.mark.parametrize("hierarchy", _cgroup_hierarchies())
+@pytest.mark.parametrize("hierarchy", cgroup_hierarchies())
 def test_unit_is_found_through_its_cgroup_in_system_slice(hierarchy, make_tree, cgroup_dir):
     assert hierarchy.startswith("/sys/fs/cgroup"), "units are looked up under /sys/fs/cgroup"
     unit = f"ile-test-{uuid.uuid4().hex[:8]}"
@@ -216,7 +174,7 @@ def test_unit_is_found_through_its_cgroup_in_system_slice(hierarchy, make_tree, 
 
 @pytest.mark.integration
 def test_unit_in_a_nested_slice_with_a_delegated_subgroup(make_tree, cgroup_dir):
-    hierarchies = _cgroup_hierarchies()
+    hierarchies = cgroup_hierarchies()
     assert hierarchies, "no cgroup2 or name=systemd hierarchy mounted"
     root = Path(hierarchies[0]) / f"ile-test-{uuid.uuid4().hex[:8]}"
     unit = "llm@0.service"
@@ -237,6 +195,74 @@ def test_unit_in_a_nested_slice_with_a_delegated_subgroup(make_tree, cgroup_dir)
     assert found.read_bytes is not None and found.read_bytes >= DATA_BYTES
     assert after.pids == (tree.main_pid,)
     assert source.sample() is None  # the cgroup emptied: the unit stopped
+
+
+# --- containers through their cgroup (a tmp dir stands in for /sys/fs/cgroup) -------------
+
+POD = "8d2f4a6e-1b3c-4d5e-9f70-a1b2c3d4e5f6"
+ENGINE_ID = "3b4f6c1d2e8a9f0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b"
+PAUSE_ID = "0f" * 32
+
+# Where each runtime puts a container, below the cgroup root (the parser's table has more).
+CONTAINER_DIRS = {
+    "kubelet systemd driver, containerd": "kubepods.slice/kubepods-burstable.slice/"
+    f"kubepods-burstable-pod{POD.replace('-', '_')}.slice/cri-containerd-{{id}}.scope",
+    "kubelet cgroupfs driver, v1 memory only": f"memory/kubepods/pod{POD}/{{id}}",
+    "plain Docker under systemd, hybrid layout": "unified/system.slice/docker-{id}.scope",
+    "rootless Podman": "user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{id}.scope",
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("layout", CONTAINER_DIRS.values(), ids=CONTAINER_DIRS.keys())
+def test_container_is_found_through_its_cgroup_beside_its_pods_other_containers(
+    layout, make_tree, tmp_path
+):
+    engine, pause = make_tree(), make_tree()
+    group = tmp_path / layout.format(id=ENGINE_ID)
+    (group / "payload").mkdir(parents=True)  # a container's own subgroup (systemd inside)
+    (group / "cgroup.procs").write_text(f"{engine.main_pid}\n")
+    worker = engine.spawn()
+    (group / "payload" / "cgroup.procs").write_text(f"{worker}\n")
+    sibling = group.parent / layout.format(id=PAUSE_ID).rpartition("/")[2]
+    sibling.mkdir()
+    (sibling / "cgroup.procs").write_text(f"{pause.main_pid}\n")
+    monitor = group.parent / f"libpod-conmon-{ENGINE_ID}.scope"  # the runtime's, not ours
+    monitor.mkdir()
+    (monitor / "cgroup.procs").write_text(f"{pause.main_pid}\n")
+
+    found = sample(ProcessSource(target(container_id=ENGINE_ID), cgroup_root=str(tmp_path)))
+
+    assert found.pid == engine.main_pid
+    assert set(found.pids) == {engine.main_pid, worker}
+
+
+@pytest.mark.integration
+def test_container_by_short_id_until_its_cgroup_is_removed(make_tree, tmp_path):
+    engine = make_tree()
+    group = tmp_path / CONTAINER_DIRS["kubelet systemd driver, containerd"].format(id=ENGINE_ID)
+    group.mkdir(parents=True)
+    (group / "cgroup.procs").write_text(f"{engine.main_pid}\n")
+    source = ProcessSource(target(container_id=ENGINE_ID[:12]), cgroup_root=str(tmp_path))
+
+    assert sample(source).pid == engine.main_pid
+    (group / "cgroup.procs").unlink()
+    group.rmdir()  # the runtime removes the container's cgroup when it is deleted
+    assert source.sample() is None
+
+
+@pytest.mark.integration
+def test_an_absent_container_is_looked_for_on_full_ticks_only(make_tree, tmp_path):
+    engine = make_tree()
+    group = tmp_path / CONTAINER_DIRS["kubelet systemd driver, containerd"].format(id=ENGINE_ID)
+    source = ProcessSource(
+        target(container_id=ENGINE_ID), cgroup_root=str(tmp_path), rescan_every=3
+    )
+    assert source.sample() is None  # tick 1: walked, nothing there
+    group.mkdir(parents=True)
+    (group / "cgroup.procs").write_text(f"{engine.main_pid}\n")
+    assert source.sample() is None  # tick 2: no walk of every pod's cgroups for it
+    assert sample(source).pid == engine.main_pid  # tick 3, a full one
 
 
 # --- faults: zombies, reaped and reparented workers, vanishing and reused pids -------------

@@ -1,4 +1,4 @@
-"""Finding a target's main process: by systemd unit, pidfile, command line or listening port.
+"""Finding a target's main process: by systemd unit, container, pidfile, command line or port.
 
 Each finder costs no full host scan while the main process it found lives, and never puts a
 command line in a log line or an error.
@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final, Protocol
 
 import psutil
 
 from exporter.config import Target, UserRegex
 from exporter.errors import SourceError
+from exporter.sources.process.cgroups import container_id_of, pod_uid_of
 from exporter.sources.process.procfs import PROC, ProcessError, proc_hides_pids
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,14 @@ log = logging.getLogger(__name__)
 # Unified v2 at the root, v2 beside v1 in the hybrid layout, then the v1 named hierarchy.
 _CGROUP_HIERARCHIES: Final = ("", "unified", "systemd")
 _SLICE_DEPTH: Final = 4
+# Containers also live in the v1 controllers only (kubelet's cgroupfs driver without the
+# name=systemd hierarchy): pids and memory are mounted wherever containers run.
+_CONTAINER_HIERARCHIES: Final = (*_CGROUP_HIERARCHIES, "pids", "memory")
+# Rootless Podman is deepest: user.slice/user-1000.slice/user@1000.service/user.slice/libpod-ID.
+_CONTAINER_DEPTH: Final = 5
+_CONTAINER_PARENTS: Final = frozenset(
+    {"kubepods", "burstable", "besteffort", "docker", "libpod_parent"}
+)
 _TCP_TABLES: Final = ("/proc/net/tcp", "/proc/net/tcp6")
 _TCP_LISTEN: Final = "0A"
 
@@ -47,9 +56,11 @@ class _Walked:
 
 
 def make_finder(target: Target, cgroup_root: str) -> Finder:
-    """The finder for ``target``'s key: unit, pidfile, cmdline, else base_url's port."""
+    """The finder for ``target``'s key: unit, container, pidfile, cmdline, else the port."""
     if target.unit:
         return _UnitFinder(target.unit, cgroup_root)
+    if target.container_id is not None:
+        return _ContainerFinder(target.container_id, cgroup_root)
     if target.pidfile:
         return _PidfileFinder(target.pidfile, target.name)
     if target.cmdline:
@@ -80,19 +91,24 @@ class _PortThenCmdlineFinder(_Walked):
             return None  # hidden processes: the port finder already reported what it could
 
 
-class _UnitFinder:
-    """A systemd unit: the oldest process of its cgroup whose parent is outside it."""
+class _CgroupFinder:
+    """A cgroup's members: the main process is the oldest whose parent is outside it.
 
-    def __init__(self, unit: str, cgroup_root: str) -> None:
-        self._name = unit if "." in unit else f"{unit}.service"
+    Subclasses say where the cgroup is (``_locate``); its directory is kept while it exists.
+    While it is absent, the hierarchy is walked every tick when ``_WALK_WHILE_ABSENT``, else
+    on the first tick and then on full ticks only.
+    """
+
+    _WALK_WHILE_ABSENT: bool = True
+
+    def __init__(self, cgroup_root: str) -> None:
         self._root = cgroup_root
         self._dir: str | None = None
+        self._searched = False
         self._pids: list[int] = []
 
     def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
         """Read the cgroup's processes; keep the tracked main process while it lives in it."""
-        if "/" in self._name or self._name.startswith(".."):
-            raise SourceError(ProcessError.INVALID_FINDER, "unit name must not contain '/'")
         self._pids = self._read_procs(full)
         if not self._pids:
             return None
@@ -106,18 +122,38 @@ class _UnitFinder:
         return _oldest_root(procs)
 
     def members(self) -> list[int] | None:
-        """Every process of the unit's cgroup, read by the last ``find``."""
+        """Every process of the cgroup and its subgroups, read by the last ``find``."""
         return self._pids
 
     def _read_procs(self, full: bool) -> list[int]:
         if self._dir is None or not os.path.isdir(self._dir):
-            self._dir = self._locate(walk=full or self._dir is None)
+            eager = self._dir is None and (self._WALK_WHILE_ABSENT or not self._searched)
+            self._dir = self._locate(walk=full or eager)
+            self._searched = True
         if self._dir is None:
             return []
         pids: dict[int, None] = {}
         for top, _dirs, _files in os.walk(self._dir):
             pids.update(dict.fromkeys(_read_pids(os.path.join(top, "cgroup.procs"))))
         return list(pids)
+
+    def _locate(self, *, walk: bool) -> str | None:
+        """The cgroup's directory, or None; ``walk`` allows searching the hierarchies."""
+        raise NotImplementedError
+
+
+class _UnitFinder(_CgroupFinder):
+    """A systemd unit's cgroup, in system.slice or, walking, in nested slices."""
+
+    def __init__(self, unit: str, cgroup_root: str) -> None:
+        super().__init__(cgroup_root)
+        self._name = unit if "." in unit else f"{unit}.service"
+
+    def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
+        """The unit's main process; a name that would leave the cgroup tree is refused."""
+        if "/" in self._name or self._name.startswith(".."):
+            raise SourceError(ProcessError.INVALID_FINDER, "unit name must not contain '/'")
+        return super().find(tracked, full)
 
     def _locate(self, *, walk: bool) -> str | None:
         for hierarchy in _CGROUP_HIERARCHIES:
@@ -127,9 +163,43 @@ class _UnitFinder:
         if not walk:
             return None
         for hierarchy in _CGROUP_HIERARCHIES:
-            if found := _find_in_slices(os.path.join(self._root, hierarchy), self._name):
+            base = os.path.join(self._root, hierarchy)
+            if found := _find_dir(base, lambda name: name == self._name, _nests_units):
                 return found
         return None
+
+
+class _ContainerFinder(_CgroupFinder):
+    """A container's cgroup, by its ID (full or the 12-character short form).
+
+    Found wherever its runtime puts it: kubelet's pod slices or ``kubepods/<qos>/pod<uid>``,
+    ``docker/``, ``system.slice/docker-ID.scope``, Podman's ``machine.slice/libpod-ID.scope``
+    or a rootless user's slice. A container that restarts keeps its ID and its directory;
+    a new one has a new ID (a discovered target then names the new one).
+
+    The walk covers every pod on the node, so a container not there (gone, within its
+    target's grace) is looked for on full ticks only: the runtime reports an ID only once
+    the container's cgroup exists, so the first look finds a new one.
+    """
+
+    _WALK_WHILE_ABSENT = False
+
+    def __init__(self, container_id: str, cgroup_root: str) -> None:
+        super().__init__(cgroup_root)
+        self._id = container_id.lower()
+
+    def _locate(self, *, walk: bool) -> str | None:
+        if not walk or not self._id:
+            return None  # "": not created yet, and every ID starts with ""
+        for hierarchy in _CONTAINER_HIERARCHIES:
+            base = os.path.join(self._root, hierarchy)
+            if found := _find_dir(base, self._is_mine, _nests_containers, _CONTAINER_DEPTH):
+                return found
+        return None
+
+    def _is_mine(self, name: str) -> bool:
+        found = container_id_of(name)
+        return found is not None and found.startswith(self._id)
 
 
 def _read_pids(path: str) -> list[int]:
@@ -142,19 +212,38 @@ def _read_pids(path: str) -> list[int]:
         raise SourceError(ProcessError.PERMISSION_DENIED, "cgroup.procs unreadable") from exc
 
 
-def _find_in_slices(base: str, name: str, depth: int = _SLICE_DEPTH) -> str | None:
-    """Search ``name`` in ``base`` and, ``depth`` levels down, in slices and user managers."""
-    if os.path.isdir(candidate := os.path.join(base, name)):
-        return candidate
-    if depth == 0:
-        return None
+def _nests_units(name: str) -> bool:
+    """Slices and user managers hold units."""
+    return name.endswith(".slice") or name.startswith("user@")
+
+
+def _nests_containers(name: str) -> bool:
+    """What holds containers: slices, user managers, kubelet's cgroupfs QoS and pod groups."""
+    return _nests_units(name) or name in _CONTAINER_PARENTS or pod_uid_of(name) is not None
+
+
+def _find_dir(
+    base: str,
+    wanted: Callable[[str], bool],
+    nests: Callable[[str], bool],
+    depth: int = _SLICE_DEPTH,
+) -> str | None:
+    """The first directory under ``base`` whose name is ``wanted``, ``depth`` levels down.
+
+    Each level is searched before the groups that ``nests`` admits are entered, so the
+    shallowest match wins.
+    """
     try:
-        entries = list(os.scandir(base))
+        entries = [e for e in os.scandir(base) if e.is_dir()]
     except OSError:
         return None
     for entry in entries:
-        nests = entry.name.endswith(".slice") or entry.name.startswith("user@")
-        if nests and entry.is_dir() and (found := _find_in_slices(entry.path, name, depth - 1)):
+        if wanted(entry.name):
+            return entry.path
+    if depth == 0:
+        return None
+    for entry in entries:
+        if nests(entry.name) and (found := _find_dir(entry.path, wanted, nests, depth - 1)):
             return found
     return None
 
