@@ -49,6 +49,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     ),
     "wait": ("exporter.commands.wait", "wait until a target is ready (replaces curl loops)"),
     "status": ("exporter.commands.status", "print a table of every target's phase and progress"),
+    "probe": (
+        "exporter.commands.probe",
+        "exit 0 while a target's start progresses or it is up (a Kubernetes exec probe)",
+    ),
 }
 
 RUN_EPILOG: Final = """exit codes:
@@ -292,7 +296,7 @@ def serve(
     from exporter.daemon import Daemon
     from exporter.render.metrics import SnapshotCollector
     from exporter.render.page import page_csp, render_page
-    from exporter.render.status import status_json
+    from exporter.render.status import probe_answer, status_json
     from exporter.render.trail import trail_json
     from exporter.web.server import WebRoutes, WebServer
 
@@ -309,6 +313,7 @@ def serve(
         registry=registry,
         status=lambda: status_json(daemon.latest),
         trail=lambda: trail_json(daemon.latest),
+        probe=lambda name: probe_answer(daemon.latest, name),
         page=lambda: render_page(daemon.latest),
         page_csp=page_csp(),
         ready=lambda: daemon.latest is not None,

@@ -81,6 +81,7 @@ class _Watched:
     world: TargetWorld
     thresholds: Thresholds
     typical_start_seconds: float | None
+    p95_start_seconds: float | None
     recent_starts: tuple[ColdStart, ...]
     next_completion_at: float = 0.0
     completion: Future[ProbeResult] | None = None
@@ -248,6 +249,7 @@ class Daemon:
         saved = self.history.saved_start(target.name)
         state = resume(saved) if saved is not None else initial_state(target.name)
         classifier = LogClassifier(target.profile.log, target.log_patterns)
+        expected = self.history.expectations(target.history_name)
         return _Watched(
             target=target,
             process=ProcessSource(target),
@@ -255,9 +257,8 @@ class Daemon:
             logs=make_log_source(target, self.settings.state_directory),
             world=TargetWorld(state, classifier),
             thresholds=self._thresholds(target),
-            typical_start_seconds=self.history.expectations(
-                target.history_name
-            ).typical_duration_seconds,
+            typical_start_seconds=expected.typical_duration_seconds,
+            p95_start_seconds=expected.p95_duration_seconds,
             recent_starts=tuple(self.history.starts(target.history_name, RECENT_STARTS_SHOWN)),
         )
 
@@ -420,7 +421,9 @@ class Daemon:
             key = w.target.history_name  # a workload's replicas learn from each other
             self.history.record(key, w.target.engine, w.target.model, state.finished_start)
             w.thresholds = self._thresholds(w.target)
-            w.typical_start_seconds = self.history.expectations(key).typical_duration_seconds
+            expected = self.history.expectations(key)
+            w.typical_start_seconds = expected.typical_duration_seconds
+            w.p95_start_seconds = expected.p95_duration_seconds
             w.recent_starts = tuple(self.history.starts(key, RECENT_STARTS_SHOWN))
         if state.phase is not w.last_phase or state.phase in STARTUP_PHASES:
             self._save_progress(w)
@@ -439,6 +442,7 @@ class Daemon:
             process=obs.process,
             gpu_memory_bytes=per_gpu,
             typical_start_seconds=w.typical_start_seconds,
+            p95_start_seconds=w.p95_start_seconds,
             recent_starts=w.recent_starts,
             trails=w.trails,
             stall_threshold_seconds=w.thresholds.stall_seconds.get(state.phase),

@@ -57,6 +57,8 @@ class Expectations:
     longest_quiet: dict[Phase, float] = field(default_factory=dict)
     peak_gpu_bytes: int | None = None
     typical_duration_seconds: float | None = None
+    #: The 95th percentile of recent good starts (the longest one with fewer than 20).
+    p95_duration_seconds: float | None = None
     starts: int = 0
 
 
@@ -235,6 +237,7 @@ class History:
             longest_quiet=quiet,
             peak_gpu_bytes=good[0].peak_gpu_bytes,
             typical_duration_seconds=statistics.median(c.duration_seconds for c in good),
+            p95_duration_seconds=_p95([c.duration_seconds for c in good]),
             starts=len(good),
         )
 
@@ -285,6 +288,13 @@ class History:
     def close(self) -> None:
         """Close the database."""
         self._conn.close()
+
+
+def _p95(values: list[float]) -> float:
+    """The 95th percentile; with fewer than 20 values, the largest (no interpolation past)."""
+    if len(values) < 20:
+        return max(values)
+    return statistics.quantiles(values, n=20)[18]
 
 
 def _lost(path: str, known: FileIdentity | None) -> str | None:

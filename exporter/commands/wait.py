@@ -493,6 +493,21 @@ class StatusClient:
         except MalformedStatus as exc:
             raise WaitError(f"{where} answered a malformed status document: {exc}") from None
 
+    def probe(self, target: str) -> tuple[int, str]:
+        """The exporter's ``/probe`` answer for ``target``: (HTTP status, its line).
+
+        Raises:
+            WaitError: the exporter is unreachable or refuses us.
+        """
+        where = shown_url(self.url) + "/probe"
+        try:
+            reply = self._client.get(self.url + "/probe", params={"target": target})
+        except httpx.HTTPError as exc:
+            raise WaitError(_unreachable(where, exc)) from None
+        if reply.status_code == 401:
+            raise WaitError(f"{where} asks for credentials: pass --url https://USER:PASSWORD@HOST")
+        return reply.status_code, reply.text.strip()[:500]
+
     def fetch_trail(self) -> dict[str, list[tuple[float | None, float | None]]]:
         """Per target, the current start's recent (GPU bytes, read bytes/s) from ``/trail``.
 

@@ -458,6 +458,35 @@ def _shift(value: S, seconds: float) -> S:
     return replace(value, **changes) if changes else value  # type: ignore[type-var]
 
 
+#: Kubernetes startupProbe advice: probe this often, and allow this margin over history's p95.
+PROBE_PERIOD_SECONDS: Final = 10
+PROBE_MARGIN: Final = 1.5
+
+
+def probe_verdict(state: TargetState) -> tuple[bool, str]:
+    """For a startup or liveness probe: OK while a start progresses or the server is up.
+
+    Fails once the start is stalled or failed, or the server is down or degraded, so a hang
+    in the first minute fails the probe in a tick instead of after the whole window.
+    """
+    phase = state.phase
+    if state.stalled:
+        return False, f"stalled in {phase}: {state.stall_reason or state.reason}"
+    if phase in STARTUP_PHASES:
+        return True, f"{phase}, progressing: {state.reason}"
+    if phase in (Phase.READY, Phase.SERVING, Phase.SLEEPING):
+        return True, f"{phase}"
+    return False, f"{phase}: {state.reason}"
+
+
+def startup_probe_advice(p95_seconds: float | None) -> tuple[int, int] | None:
+    """(periodSeconds, failureThreshold) covering 1.5x history's p95 start; None without."""
+    if p95_seconds is None:
+        return None
+    threshold = math.ceil(PROBE_MARGIN * p95_seconds / PROBE_PERIOD_SECONDS) + 1
+    return PROBE_PERIOD_SECONDS, threshold
+
+
 #: Engine-timed and observed load times this far apart (seconds, and share of the longer)
 #: are worth a line in ``/status``.
 DISAGREE_SECONDS: Final = 10.0

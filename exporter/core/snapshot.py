@@ -38,6 +38,8 @@ class TargetSnapshot:
             one before the current start under it); empty when the daemon passes none.
         typical_start_seconds: median duration of recent good cold starts (history), for
             "usually ready in 10m40s"; None without history.
+        p95_start_seconds: the 95th percentile of recent good cold starts (history), for
+            startupProbe advice; None without history.
         log_backlog_bytes: log bytes written and not read yet; None without a log file.
         log_lag_seconds: how long the log source has been behind (0 when caught up).
         orphaned_gpu_memory_bytes: per GPU index, memory still held by processes of the
@@ -52,6 +54,7 @@ class TargetSnapshot:
     gpu_memory_bytes: tuple[tuple[int, int], ...] = ()
     recent_starts: tuple[ColdStart, ...] = ()
     typical_start_seconds: float | None = None
+    p95_start_seconds: float | None = None
     log_backlog_bytes: int | None = None
     log_lag_seconds: float | None = None
     orphaned_gpu_memory_bytes: tuple[tuple[int, int], ...] = ()

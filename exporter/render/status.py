@@ -14,6 +14,8 @@ from exporter.core.lifecycle import (
     Transition,
     load_disagreement,
     observed_load_seconds,
+    probe_verdict,
+    startup_probe_advice,
 )
 from exporter.core.model import GpuSample, LogEvent, Phase, ProbeResult
 from exporter.core.snapshot import Snapshot, TargetSnapshot
@@ -26,6 +28,7 @@ from exporter.render.status_doc import (
     ProbeDoc,
     ProcessDoc,
     SourceDoc,
+    StartupProbeDoc,
     StatusDoc,
     TargetDoc,
     TimelineRowDoc,
@@ -112,6 +115,7 @@ def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> Targe
         "download_bytes_per_second": s.download_bytes_per_second,
         "orphaned_gpu_memory_bytes": {str(i): b for i, b in t.orphaned_gpu_memory_bytes},
         "engine_report": _engine_report(s),
+        "startup_probe": _startup_probe(t.p95_start_seconds),
         "restarts": s.counters.restarts,
         "seconds_since_progress": s.seconds_since_progress,
         "timeline": _timeline(s, now),
@@ -208,6 +212,14 @@ def _engine_report(s: TargetState) -> EngineReportDoc | None:
     }
 
 
+def _startup_probe(p95: float | None) -> StartupProbeDoc | None:
+    advice = startup_probe_advice(p95)
+    if advice is None or p95 is None:
+        return None
+    period, threshold = advice
+    return {"period_seconds": period, "failure_threshold": threshold, "p95_cold_start_seconds": p95}
+
+
 def _wake(s: TargetState) -> WakeDoc | None:
     w = s.last_wake
     if w is None:
@@ -233,3 +245,18 @@ def _cold(c: ColdStart | None) -> ColdStartDoc | None:
         "read_bytes": c.read_bytes,
         "peak_gpu_bytes": c.peak_gpu_bytes,
     }
+
+
+def probe_answer(snap: Snapshot | None, target: str) -> tuple[int, str]:
+    """``/probe``'s answer for ``target``: 200 while its start progresses or it is up.
+
+    503 once stalled, failed, down or degraded (``lifecycle.probe_verdict``), and before the
+    first tick; 404 for a target the exporter does not watch. The line is for people.
+    """
+    if snap is None:
+        return 503, "no sample yet"
+    for t in snap.targets:
+        if t.info.name == target:
+            ok, why = probe_verdict(t.state)
+            return (200 if ok else 503), f"{target} {why}"
+    return 404, f"no target named {target!r}"

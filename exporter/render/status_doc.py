@@ -79,6 +79,14 @@ class EngineReportDoc(TypedDict):
     disagreement: str | None
 
 
+class StartupProbeDoc(TypedDict):
+    """Kubernetes startupProbe numbers that cover this target's starts (history's p95)."""
+
+    period_seconds: int
+    failure_threshold: int
+    p95_cold_start_seconds: float
+
+
 class WakeDoc(TypedDict):
     """The last wake from sleep mode (not a cold start)."""
 
@@ -158,6 +166,8 @@ class TargetDoc(TypedDict):
     #: GPU index -> bytes still held by the previous, dead instance's processes.
     orphaned_gpu_memory_bytes: dict[str, int]
     engine_report: EngineReportDoc | None
+    #: Recommended startupProbe numbers, from history; None before a good start finished.
+    startup_probe: StartupProbeDoc | None
     restarts: int
     seconds_since_progress: float | None
     timeline: list[TimelineRowDoc]

@@ -1,4 +1,4 @@
-"""The exporter's ASGI application: /metrics, /status, /trail, /, /-/healthy and /-/ready.
+"""The exporter's ASGI application: /metrics, /status, /trail, /probe, /, /-/healthy, /-/ready.
 
 Per request: the web config's check (500 while it is invalid), the rate limit, basic auth,
 then the route; blocking work runs on a few threads under a deadline. Knows nothing of
@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Final, TypeVar
+from urllib.parse import parse_qs
 
 import prometheus_client
 from prometheus_client.exposition import choose_encoder
@@ -56,6 +57,7 @@ class WebRoutes:
         registry: rendered at /metrics; its collectors must do no I/O.
         status: the JSON body of /status.
         trail: the JSON body of /trail (the movement of each target's starts).
+        probe: a target's probe answer (status code, one line) for /probe?target=NAME.
         page: the HTML of /.
         ready: whether /-/ready answers 200.
         page_csp: the Content-Security-Policy of / (a web config header overrides it).
@@ -71,6 +73,7 @@ class WebRoutes:
     page_csp: str = DEFAULT_PAGE_CSP
     metrics_key: Callable[[], object] | None = None
     trail: Callable[[], bytes] = lambda: b'{"taken_at":null,"targets":[]}'
+    probe: Callable[[str], tuple[int, str]] = lambda name: (503, "no sample yet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,7 @@ class WebApp:
             "/metrics": self._metrics,
             "/status": self._status,
             "/trail": self._trail,
+            "/probe": self._probe,
             "/": self._page,
             "/-/healthy": self._healthy,
             "/-/ready": self._ready,
@@ -230,6 +234,15 @@ class WebApp:
     async def _trail(self, scope: Scope) -> _Reply:
         trail = self._routes.trail
         return await self._call(scope, lambda: _Reply(200, trail(), _JSON))
+
+    async def _probe(self, scope: Scope) -> _Reply:
+        """``/probe?target=NAME``: 200 while its start progresses or it is up, else 503."""
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        names = query.get("target", [])
+        if len(names) != 1:
+            return _text(400, "ask for one target: /probe?target=NAME\n")
+        status, body = self._routes.probe(names[0])
+        return _text(status, body + "\n")
 
     async def _page(self, scope: Scope) -> _Reply:
         page, csp = self._routes.page, self._routes.page_csp
