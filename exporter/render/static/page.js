@@ -9,7 +9,7 @@
   const conn = document.getElementById("conn");
   const footer = document.getElementById("updated");
   const reads = new Map(); // target -> {at, bytes, rate}: read rate between two polls
-  const TRAIL_EVERY = 2; // polls of /status per poll of /trail
+  const TRAIL_EVERY = 3; // polls of /status per poll of /trail (it is the heavier document)
   const SVG = "http://www.w3.org/2000/svg";
   let trails = new Map(); // target -> its /trail entry
   let polls = 0;
