@@ -105,6 +105,10 @@ class ContainerWatcher(ListWatcher[int]):
 
     def _list(self) -> int:
         """Replace the containers with a fresh list; returns when (Unix seconds) it began."""
+        if not os.path.exists(self._settings.socket):
+            # httpcore leaks the socket of a failed unix connect; no daemon yet is the usual
+            # case (the exporter started first), so it is told apart before connecting.
+            raise ApiError("no_socket")
         # Events from this second on are read next: one seen twice is harmless (an inspect).
         began = int(time.time())
         listed = self._get("/containers/json", {"filters": _LIST_FILTERS})
