@@ -38,8 +38,10 @@ DEFAULT_EVENTS_SECONDS: Final = 300
 DEFAULT_READ_SECONDS: Final = 30.0
 _NOT_FOUND: Final = 404
 #: The actions that change what a container is: anything else (exec, health) is noise.
-_STARTED: Final = frozenset({"start", "restart", "unpause"})
-_ENDED: Final = frozenset({"die", "stop", "kill", "destroy", "pause"})
+#: ``kill`` is not an end (``docker kill -s HUP`` leaves it running) and a paused engine is
+#: still a target (frozen, so its stall is what should show); ``stop`` is followed by ``die``.
+_STARTED: Final = frozenset({"start", "restart"})
+_ENDED: Final = frozenset({"die", "destroy"})
 _EVENT_FILTERS: Final = json.dumps({"type": ["container"]})
 _LIST_FILTERS: Final = json.dumps({"label": [ENGINE_LABEL]})
 _STATUS_REASONS: Final[Mapping[int, str]] = {403: "forbidden", 500: "daemon_error"}
@@ -127,7 +129,6 @@ class ContainerWatcher(ListWatcher[int]):
         params = {"filters": _EVENT_FILTERS, "since": str(since), "until": str(until)}
         deadline = time.monotonic() + (until - time.time()) + self._read_seconds
         with contextlib.closing(self._streams.get("/events", params, {}, deadline)) as chunks:
-            self._tracker.succeeded()
             for line in json_lines(chunks):
                 self._apply(json_object(line))
                 self._tracker.succeeded()

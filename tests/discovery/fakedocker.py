@@ -50,15 +50,15 @@ class FakeDocker:
             self.containers[container["Id"]] = copy.deepcopy(container)
         self.http.routes[f"/containers/{container['Id']}/json"] = self._inspect(container["Id"])
         if announce:
-            self.events.put(_event("start", container))
+            self.events.put(container_event("start", container))
 
     def destroy(self, container_id: str) -> None:
         """``docker rm -f``: ``die`` then ``destroy``, and gone from list and inspect."""
         with self.lock:
             container = self.containers.pop(container_id)
         self.http.routes.pop(f"/containers/{container_id}/json", None)
-        self.events.put(_event("die", container))
-        self.events.put(_event("destroy", container))
+        self.events.put(container_event("die", container))
+        self.events.put(container_event("destroy", container))
 
     def drop(self) -> None:
         """End the running events stream now (a daemon restart, a proxy timing out)."""
@@ -111,7 +111,7 @@ class FakeDocker:
                 return
 
 
-def _event(action: str, container: dict[str, Any]) -> dict[str, Any]:
+def container_event(action: str, container: dict[str, Any]) -> dict[str, Any]:
     """A container event as dockerd sends it: the labels and name ride in ``Attributes``."""
     now = time.time()
     attributes = {

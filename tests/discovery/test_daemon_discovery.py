@@ -12,11 +12,12 @@ import logging
 
 import pytest
 
-from exporter.config import KubernetesDiscovery, Settings, Target
+from exporter.config import DockerDiscovery, KubernetesDiscovery, Settings, Target
 from exporter.core.lifecycle import ColdStart
 from exporter.core.model import Phase
 from exporter.daemon import Daemon
 from exporter.history import History
+from tests.discovery.containers import CID_SGLANG, docker_run_sglang
 from tests.discovery.fakeapi import FakeApiServer, events
 from tests.discovery.pods import NODE, sglang_statefulset_pod, vllm_deployment_pod
 from tests.discovery.test_kubernetes import kubeconfig
@@ -171,5 +172,31 @@ def test_a_reload_onto_another_node_watches_its_pods_and_lets_the_old_ones_go(ap
         assert daemon.reload(lambda: settings)
         wait_for(lambda: target_names(daemon) == ["inference/there"])  # FIRST after its grace
         assert all("spec.nodeName=n9" in q["fieldSelector"] for q in api.queries()[-2:])
+    finally:
+        daemon.close()
+
+
+def test_pods_and_containers_are_watched_together_and_a_reload_drops_only_docker(
+    api, docker, tmp_path
+):
+    api.add(vllm_deployment_pod())
+    docker.run(docker_run_sglang(), announce=False)
+    both = dataclasses.replace(
+        daemon_for(api, tmp_path).settings,
+        docker=DockerDiscovery(socket=docker.socket, grace_seconds=60, probe_timeout_seconds=0.2),
+    )
+    daemon = Daemon(both, history=History.open(None))
+    try:
+        wait_for(lambda: target_names(daemon) == [FIRST, "sglang"])
+        sources = {s.source: s.up for s in daemon.tick().sources}
+        assert sources["kubernetes"] and sources["docker"]
+        lists = len([q for q in api.queries() if "watch" not in q])
+        # Docker off: its targets go at once (not after its minute of grace), pods stay.
+        assert daemon.reload(lambda: dataclasses.replace(both, docker=None))
+        snap = daemon.tick()
+        assert [t.info.name for t in snap.targets] == [FIRST]
+        assert "docker" not in {s.source for s in snap.sources}
+        assert len([q for q in api.queries() if "watch" not in q]) == lists  # same watcher
+        docker.destroy(CID_SGLANG)
     finally:
         daemon.close()

@@ -7,12 +7,7 @@ directory; everything the client does (httpx over the socket, the thread, backof
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
+import time
 
 from exporter.config import DockerDiscovery
 from exporter.discovery.docker import ContainerWatcher
@@ -25,23 +20,9 @@ from tests.discovery.containers import (
     podman_vllm,
     unlabelled,
 )
-from tests.discovery.fakedocker import FakeDocker
+from tests.discovery.fakedocker import FakeDocker, container_event
+from tests.httpservers import hang
 from tests.sources.conftest import wait_for
-
-
-@pytest.fixture
-def socket_path() -> Iterator[str]:
-    # A unix socket path holds 108 bytes; pytest's tmp_path for a long test name may not.
-    directory = tempfile.mkdtemp(prefix="dock", dir="/tmp")
-    yield str(Path(directory, "docker.sock"))
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-@pytest.fixture
-def docker(socket_path: str) -> Iterator[FakeDocker]:
-    fake = FakeDocker(socket_path)
-    yield fake
-    fake.close()
 
 
 def watcher_for(socket: str, **kwargs: float) -> ContainerWatcher:
@@ -145,3 +126,18 @@ def test_a_container_gone_between_list_and_inspect_is_skipped(docker):
         assert watcher.health().up
     finally:
         watcher.close()
+
+
+def test_close_ends_an_idle_events_stream_at_once_and_a_hanging_inspect_is_cut(docker):
+    docker.run(compose_vllm(), announce=False)
+    watcher = watcher_for(docker.socket, read_seconds=1.0)
+    try:
+        wait_for(lambda: "/events" in docker.paths())
+        docker.run(docker_run_sglang(), announce=False)
+        docker.http.routes[f"/containers/{CID_SGLANG}/json"] = hang()  # never answers
+        docker.events.put(container_event("start", docker_run_sglang()))
+        wait_for(lambda: watcher.health().error == "deadline_exceeded", timeout=5)
+    finally:
+        began = time.monotonic()
+        watcher.close()
+    assert time.monotonic() - began < 0.9  # cut, not joined after a read timeout
