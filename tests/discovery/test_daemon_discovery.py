@@ -17,7 +17,7 @@ from exporter.core.lifecycle import ColdStart
 from exporter.core.model import Phase
 from exporter.daemon import Daemon
 from exporter.history import History
-from tests.discovery.containers import CID_SGLANG, docker_run_sglang
+from tests.discovery.containers import CID_SGLANG, compose_vllm, docker_run_sglang
 from tests.discovery.fakeapi import FakeApiServer, events
 from tests.discovery.pods import NODE, sglang_statefulset_pod, vllm_deployment_pod
 from tests.discovery.test_kubernetes import kubeconfig
@@ -97,9 +97,9 @@ def test_discovered_pods_are_watched_beside_static_targets_and_dropped_after_gra
         daemon.close()
 
 
-def test_a_new_replica_expects_the_start_time_its_predecessors_took(api, tmp_path):
-    history = History.open(None)
-    predecessor = ColdStart(
+def predecessor_start() -> ColdStart:
+    """A finished 612 s start, as the replica before the one under test recorded it."""
+    return ColdStart(
         started_at=1000.0,
         ended_at=1000.0 + 612.0,
         outcome="ready",
@@ -109,7 +109,11 @@ def test_a_new_replica_expects_the_start_time_its_predecessors_took(api, tmp_pat
         read_bytes=None,
         peak_gpu_bytes=None,
     )
-    history.record("inference/Deployment/llama-70b/vllm", "vllm", "", predecessor)
+
+
+def test_a_new_replica_expects_the_start_time_its_predecessors_took(api, tmp_path):
+    history = History.open(None)
+    history.record("inference/Deployment/llama-70b/vllm", "vllm", "", predecessor_start())
     api.add(vllm_deployment_pod())  # a replica of the same Deployment, new name
     daemon = daemon_for(api, tmp_path, history=history)
     try:
@@ -198,5 +202,27 @@ def test_pods_and_containers_are_watched_together_and_a_reload_drops_only_docker
         assert "docker" not in {s.source for s in snap.sources}
         assert len([q for q in api.queries() if "watch" not in q]) == lists  # same watcher
         docker.destroy(CID_SGLANG)
+    finally:
+        daemon.close()
+
+
+def test_a_recreated_compose_container_expects_the_start_time_of_the_one_it_replaced(
+    docker, tmp_path
+):
+    history = History.open(None)
+    history.record("compose/serving/llm", "vllm", "", predecessor_start())
+    docker.run(compose_vllm(Id="6" * 64, Name="/serving-llm-2"), announce=False)
+    settings = Settings(
+        interval_seconds=0.5,
+        state_directory=str(tmp_path),
+        nvml=False,
+        docker=DockerDiscovery(socket=docker.socket, probe_timeout_seconds=0.2),
+        source_path="c.toml",
+    )
+    daemon = Daemon(settings, history=history)
+    try:
+        wait_for(lambda: target_names(daemon) == ["serving-llm-2"])
+        (target,) = daemon.tick().targets
+        assert target.typical_start_seconds == 612.0
     finally:
         daemon.close()
