@@ -219,9 +219,10 @@ def config_problems(
 
     ``check-config`` and ``run`` share this, so whatever ``run`` refuses, ``check-config``
     refuses first, with the same one line per problem: the TOML, each API key file, the
-    Kubernetes credentials, the web config (TLS files, users, headers). With ``environment``
-    (``check-config``) also what ``run`` survives but an operator should hear of, e.g. an
-    unwritable state directory (``run`` then keeps history in memory).
+    Kubernetes credentials, a Docker socket path that is no socket, the web config (TLS
+    files, users, headers). With ``environment`` (``check-config``) also what ``run``
+    survives but an operator should hear of, e.g. an unwritable state directory (``run`` then
+    keeps history in memory) or a Docker socket not there yet (``run`` waits for it).
 
     Returns:
         The settings (None when the TOML itself failed) and the problems found.
@@ -249,6 +250,11 @@ def config_problems(
             load_credentials(settings.kubernetes, settings.source_path)
         except ConfigError as exc:
             problems.append(str(exc))
+    if settings is not None and settings.docker is not None:
+        from exporter.discovery.docker import socket_problem
+
+        if problem := socket_problem(settings.docker, settings.source_path, environment):
+            problems.append(problem)
     if args.web_config_file:
         try:
             validate_web_config(args.web_config_file)
@@ -265,6 +271,7 @@ def check_config(args: argparse.Namespace) -> int:
     if problems or settings is None:
         return EXIT_USAGE
     found = f", pods of node {k.node_name}" if (k := settings.kubernetes) else ""
+    found += f", containers on {d.socket}" if (d := settings.docker) else ""
     print(f"{args.config_file}: OK ({len(settings.targets)} targets{found})")
     return EXIT_OK
 

@@ -208,6 +208,10 @@ class PodSelection(enum.StrEnum):
 
 #: Placeholders of ``[discovery.kubernetes] name_template``.
 NAME_PLACEHOLDERS: Final = ("namespace", "pod", "container")
+#: Placeholders of ``[discovery.docker] name_template``.
+DOCKER_NAME_PLACEHOLDERS: Final = ("container", "service", "project")
+#: The Docker Engine's socket; Podman's (``/run/podman/podman.sock``) speaks the same API.
+DEFAULT_DOCKER_SOCKET: Final = "/var/run/docker.sock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +231,19 @@ class KubernetesDiscovery:
 
 
 @dataclass(frozen=True, slots=True)
+class DockerDiscovery:
+    """``[discovery.docker]``: targets from this host's labelled Docker or Podman containers.
+
+    ``grace_seconds`` is how long a gone container's targets keep exporting their final state.
+    """
+
+    socket: str = DEFAULT_DOCKER_SOCKET
+    name_template: str = "{container}"
+    grace_seconds: float = 300.0
+    probe_timeout_seconds: float = 0.8
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """The whole validated config file."""
 
@@ -237,6 +254,7 @@ class Settings:
     nvml: bool = True
     nvml_library_dir: str | None = None
     kubernetes: KubernetesDiscovery | None = None
+    docker: DockerDiscovery | None = None
 
 
 def parse_duration(value: object) -> float:
@@ -727,14 +745,16 @@ def _read_interval(ex: _Table) -> float:
     return interval
 
 
-def _check_name_template(value: str) -> str | None:
+def _check_name_template(
+    value: str, placeholders: tuple[str, ...] = NAME_PLACEHOLDERS
+) -> str | None:
     try:
         fields = [f for _text, f, _spec, _conv in string.Formatter().parse(value) if f is not None]
     except ValueError as exc:  # an unmatched brace
         return f"is not a template: {exc}"
     for name in fields:
-        if name not in NAME_PLACEHOLDERS:
-            known = ", ".join(f"{{{p}}}" for p in NAME_PLACEHOLDERS)
+        if name not in placeholders:
+            known = ", ".join(f"{{{p}}}" for p in placeholders)
             return f"unknown placeholder {{{name}}}; known: {known}"
     return _check_word(value)
 
@@ -770,6 +790,29 @@ def _read_kubernetes(
     )
 
 
+def _check_docker_template(value: str) -> str | None:
+    return _check_name_template(value, DOCKER_NAME_PLACEHOLDERS)
+
+
+def _read_docker(d: _Table, interval: float) -> DockerDiscovery | None:
+    enabled = d.bool_field("enabled", True)
+    socket = d.str_field("socket", DEFAULT_DOCKER_SOCKET)
+    d.check("socket", socket, _check_file_path)
+    template = d.str_field("name_template", "{container}")
+    d.check("name_template", template, _check_docker_template)
+    grace = d.duration("grace", 300.0)
+    timeout = _read_probe_timeout(d, interval)
+    d.reject_unknown()
+    if not enabled:
+        return None
+    return DockerDiscovery(
+        socket=socket,
+        name_template=template,
+        grace_seconds=300.0 if grace is None else grace,
+        probe_timeout_seconds=timeout or 0.8,
+    )
+
+
 def parse_settings(
     data: Mapping[str, object], path: str, environ: Mapping[str, str] | None = None
 ) -> Settings:
@@ -798,6 +841,7 @@ def parse_settings(
     targets = _read_targets(path, errors, target_tables, interval)
     discovery = top.sub("discovery", discovery_table)
     kubernetes_table = discovery.table_field("kubernetes")
+    docker_table = discovery.table_field("docker")
     discovery.reject_unknown()
     kubernetes = (
         _read_kubernetes(
@@ -806,6 +850,11 @@ def parse_settings(
             os.environ if environ is None else environ,
         )
         if isinstance(discovery_table.get("kubernetes"), dict)
+        else None
+    )
+    docker = (
+        _read_docker(discovery.sub("docker", docker_table), interval)
+        if isinstance(discovery_table.get("docker"), dict)
         else None
     )
     if errors:
@@ -818,6 +867,7 @@ def parse_settings(
         nvml=nvml,
         nvml_library_dir=nvml_library_dir,
         kubernetes=kubernetes,
+        docker=docker,
     )
 
 

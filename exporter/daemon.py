@@ -51,7 +51,9 @@ from exporter.core.observe import (
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.core.trail import Trails, follow
+from exporter.discovery.docker import ContainerWatcher
 from exporter.discovery.kubernetes import PodWatcher, load_credentials
+from exporter.discovery.watch import Discovery
 from exporter.errors import ConfigErrors
 from exporter.history import History
 from exporter.sdnotify import Notifier
@@ -230,11 +232,12 @@ class Daemon:
         ]
         self._gpu_reading = GpuReading(gpus=())
         self._watched = [self._watch(t) for t in settings.targets]
-        #: Discovered targets by name, with when (monotonic) their pod was last seen.
-        self._discovered: dict[str, tuple[Target, float]] = {}
+        #: Discovered targets by name, with when (monotonic) their pod or container was last
+        #: seen and which discovery (``kubernetes``, ``docker``) found it.
+        self._discovered: dict[str, tuple[Target, float, str]] = {}
         self._shadowed: set[str] = set()
         self._discovery_error: str | None = None
-        self._discovery = _start_discovery(settings)
+        self._discoveries = _start_discoveries(settings, settings, {})
         self._completions = ThreadPoolExecutor(max_workers=2, thread_name_prefix="completion")
         self._runner = SourceRunner(max(2, min(16, len(self._watched) + 1)))
         self._ticks = 0
@@ -325,9 +328,9 @@ class Daemon:
             targets.append(_with_log_backlog(target, w, r.logs, now))
             self._schedule_completion(w, now)
         statuses.append(self._history_status())
-        if self._discovery is not None:
-            health = self._discovery.health()
-            statuses.append(SourceStatus("kubernetes", health.up, 0.0, health.error))
+        for kind, discovery in self._discoveries.items():
+            health = discovery.health()
+            statuses.append(SourceStatus(kind, health.up, 0.0, health.error))
         for st in statuses:
             self._health.record(st)
             if not st.up:
@@ -540,29 +543,25 @@ class Daemon:
             log.error("config reload failed, keeping the running config first=%r", str(exc))
             return False
         try:
-            discovery = (
-                self._discovery
-                if settings.kubernetes == self.settings.kubernetes
-                else _start_discovery(settings)
-            )
+            discoveries = _start_discoveries(settings, self.settings, self._discoveries)
         except Exception as exc:  # credentials unreadable: never end the loop
             log.error("config reload failed, keeping the running config first=%r", str(exc))
             return False
-        discovered = self._discovered_targets(settings) if discovery is not None else []
+        fresh = [d for k, d in discoveries.items() if d is not self._discoveries.get(k)]
         try:
-            self._set_targets([*settings.targets, *discovered])
+            self._set_targets([*settings.targets, *self._discovered_targets(settings, discoveries)])
         except Exception as exc:  # e.g. a world-readable api_key_file; never end the loop
-            if discovery is not None and discovery is not self._discovery:
+            for discovery in fresh:
                 discovery.close()
             log.error("config reload failed, keeping the running config first=%r", str(exc))
             return False
-        if discovery is not self._discovery:
-            # The old watcher's targets stay for their grace, as for any gone pod.
-            if self._discovery is not None:
-                self._discovery.close()
-            self._discovery = discovery
-            if discovery is None:
-                self._discovered = {}
+        for kind, old in self._discoveries.items():
+            # The old watcher's targets stay for their grace, as for any gone pod; a
+            # discovery turned off takes its targets along at once.
+            if discoveries.get(kind) is not old:
+                old.close()
+        self._discovered = {n: f for n, f in self._discovered.items() if f[2] in discoveries}
+        self._discoveries = discoveries
         self.settings = settings
         log.info(
             "config reloaded targets=%s interval_s=%g",
@@ -586,18 +585,21 @@ class Daemon:
 
     def _follow_discovery(self) -> None:
         """Merge the discovered targets into the watched ones, when they changed."""
-        if self._discovery is None:
+        if not self._discoveries:
             return
         kept = {w.target.name for w in self._watched}
         now = time.monotonic()
-        for found in self._discovery.snapshot():
-            self._discovered[found.target.name] = (found.target, now)
-        grace = self.settings.kubernetes.grace_seconds if self.settings.kubernetes else 0.0
-        for name, (_target, seen) in list(self._discovered.items()):
-            if now - seen > grace:
+        for kind, discovery in self._discoveries.items():
+            for found in discovery.snapshot():
+                self._discovered[found.target.name] = (found.target, now, kind)
+        for name, (_target, seen, kind) in list(self._discovered.items()):
+            if now - seen > _grace_seconds(self.settings, kind):
                 del self._discovered[name]
                 log.info("discovered target dropped target=%s after_s=%.0f", name, now - seen)
-        targets = [*self.settings.targets, *self._discovered_targets(self.settings)]
+        targets = [
+            *self.settings.targets,
+            *self._discovered_targets(self.settings, self._discoveries),
+        ]
         if targets == [w.target for w in self._watched]:
             return
         try:
@@ -611,14 +613,17 @@ class Daemon:
         for name in sorted({w.target.name for w in self._watched} - kept):
             log.info("discovered target added target=%s", name)
 
-    def _discovered_targets(self, settings: Settings) -> list[Target]:
-        """Discovered targets, less those a static target's name already takes."""
+    def _discovered_targets(
+        self, settings: Settings, discoveries: Mapping[str, Discovery]
+    ) -> list[Target]:
+        """Targets of the running ``discoveries``, less those a static target's name takes."""
         static = {t.name for t in settings.targets}
-        shadowed = {name for name in self._discovered if name in static}
+        found = {n: f for n, f in self._discovered.items() if f[2] in discoveries}
+        shadowed = {name for name in found if name in static}
         for name in sorted(shadowed - self._shadowed):
             log.warning("discovered target shadowed by a static one target=%s", name)
         self._shadowed = shadowed
-        return [t for name, (t, _seen) in sorted(self._discovered.items()) if name not in static]
+        return [t for name, (t, _seen, _kind) in sorted(found.items()) if name not in static]
 
     def _rewatch(self, target: Target, old: _Watched | None) -> _Watched:
         if old is not None and old.target == target:
@@ -639,8 +644,8 @@ class Daemon:
     def close(self) -> None:
         """Stop helpers and release resources."""
         self.notifier.notify("STOPPING=1")
-        if self._discovery is not None:
-            self._discovery.close()
+        for discovery in self._discoveries.values():
+            discovery.close()
         self._runner.close()
         self._completions.shutdown(wait=True, cancel_futures=True)
         for w in self._watched:
@@ -652,18 +657,60 @@ class Daemon:
         self.notifier.close()
 
 
-def _start_discovery(settings: Settings) -> PodWatcher | None:
-    """The pod watcher of ``[discovery.kubernetes]``, started; None without the section.
+def _discovery_settings(settings: Settings) -> dict[str, object]:
+    """Each discovery's section by kind (the kind is also its source's name)."""
+    return {"kubernetes": settings.kubernetes, "docker": settings.docker}
+
+
+def _grace_seconds(settings: Settings, kind: str) -> float:
+    """How long a gone pod's or container's targets keep their final state."""
+    section = settings.kubernetes if kind == "kubernetes" else settings.docker
+    return section.grace_seconds if section is not None else 0.0
+
+
+def _start_discoveries(
+    settings: Settings, running: Settings, started: Mapping[str, Discovery]
+) -> dict[str, Discovery]:
+    """The discovery clients ``settings`` asks for, started or kept.
+
+    Those of ``started`` whose section is as in ``running`` go on; the others start now.
 
     Raises:
-        ConfigError: the credentials cannot be loaded (``check-config`` reports it first).
+        ConfigError: the Kubernetes credentials cannot be loaded (``check-config`` says so
+            first); the clients started here are closed again.
     """
-    if settings.kubernetes is None:
-        return None
-    credentials = load_credentials(settings.kubernetes, settings.source_path)
-    watcher = PodWatcher(settings.kubernetes, credentials)
+    wanted, before = _discovery_settings(settings), _discovery_settings(running)
+    discoveries: dict[str, Discovery] = {}
+    try:
+        for kind, section in wanted.items():
+            if section is None:
+                continue
+            old = started.get(kind)
+            keep = old is not None and section == before[kind]
+            discoveries[kind] = (
+                old if old is not None and keep else _start_discovery(settings, kind)
+            )
+    except Exception:
+        for kind, discovery in discoveries.items():
+            if discovery is not started.get(kind):
+                discovery.close()
+        raise
+    return discoveries
+
+
+def _start_discovery(settings: Settings, kind: str) -> Discovery:
+    """The started client of the ``[discovery.<kind>]`` section, which ``settings`` has."""
+    watcher: PodWatcher | ContainerWatcher
+    if kind == "kubernetes" and settings.kubernetes is not None:
+        credentials = load_credentials(settings.kubernetes, settings.source_path)
+        watcher = PodWatcher(settings.kubernetes, credentials)
+        log.info("kubernetes discovery started node=%s", settings.kubernetes.node_name)
+    elif kind == "docker" and settings.docker is not None:
+        watcher = ContainerWatcher(settings.docker)
+        log.info("docker discovery started")
+    else:
+        raise ValueError(f"no [discovery.{kind}] section")
     watcher.start()
-    log.info("kubernetes discovery started node=%s", settings.kubernetes.node_name)
     return watcher
 
 

@@ -1,4 +1,5 @@
-"""Loopback HTTP(S) servers for tests: real sockets on 127.0.0.1:0, routes chosen per test.
+"""Loopback HTTP(S) servers for tests: real sockets on 127.0.0.1:0 (or a unix socket), routes
+chosen per test.
 
 Routes are plain callables made by the factories below (``reply``, ``trickle``, ``endless``,
 ``gzip_bomb``, ``redirect``, ``hang``). A server records what it saw and joins its threads on close.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import socketserver
 import ssl
 import threading
 import zlib
@@ -16,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from socket import socket
+from socket import AF_UNIX, socket
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -127,6 +129,23 @@ class _Server(ThreadingHTTPServer):
         """Clients that vanish mid-reply are what these tests are about; no tracebacks."""
 
 
+class _UnixServer(_Server):
+    """The same server on a unix socket (the Docker Engine API's transport)."""
+
+    address_family = AF_UNIX
+
+    def __init__(self, owner: LoopbackServer, path: str) -> None:
+        self.owner = owner
+        self.tls = None
+        # typeshed types TCPServer's address as (host, port); AF_UNIX takes a path.
+        socketserver.TCPServer.__init__(self, path, Exchange)  # type: ignore[arg-type]
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind splits a (host, port) pair; a unix socket has a path.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = "localhost", 0
+
+
 class LoopbackServer:
     """A threaded HTTP server on 127.0.0.1 with an ephemeral port; use it as a context manager.
 
@@ -140,15 +159,23 @@ class LoopbackServer:
     """
 
     def __init__(
-        self, routes: Mapping[str, Route] | None = None, *, tls: TlsFiles | None = None
+        self,
+        routes: Mapping[str, Route] | None = None,
+        *,
+        tls: TlsFiles | None = None,
+        unix_socket: str | None = None,
     ) -> None:
         self.routes: dict[str, Route] = dict(routes or {})
         self.requests: list[RecordedRequest] = []
         self.connections = 0
         self.bytes_sent = 0
         self.stopping = threading.Event()
-        self._httpd = _Server(self, _server_context(tls) if tls else None)
-        self.port: int = self._httpd.server_address[1]
+        if unix_socket is not None:  # ``url`` is then only a placeholder host
+            self._httpd: _Server = _UnixServer(self, unix_socket)
+            self.port = 0
+        else:
+            self._httpd = _Server(self, _server_context(tls) if tls else None)
+            self.port = int(self._httpd.server_address[1])
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

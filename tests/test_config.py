@@ -38,6 +38,19 @@ def check_config(config: Path) -> subprocess.CompletedProcess[str]:
     return exporter_cli("check-config", "--config.file", str(config))
 
 
+def in_bare_environment(command: str, config: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` on ``config`` with no Kubernetes variables (as outside a cluster)."""
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", command, "--config.file", str(config)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+
+
 def test_example_config_is_valid_and_complete():
     settings = load_settings(ROOT / "deploy/config.example.toml")
     names = [t.name for t in settings.targets]
@@ -364,6 +377,22 @@ def test_user_patterns_are_compiled_for_linear_time_matching():
     assert UserRegex(target.cmdline or "").search("x" * 5000) is None
 
 
+def test_docker_discovery_defaults_to_the_docker_socket_and_podman_is_a_path_away():
+    from exporter.config import DockerDiscovery, parse_settings
+
+    default = parse_settings({"discovery": {"docker": {}}}, "c.toml").docker
+    assert default == DockerDiscovery(socket="/var/run/docker.sock", name_template="{container}")
+    podman = {"socket": "/run/podman/podman.sock", "name_template": "{project}/{service}"}
+    d = parse_settings({"discovery": {"docker": {**podman, "grace": "90s"}}}, "c.toml").docker
+    assert d is not None and (d.socket, d.name_template, d.grace_seconds) == (
+        "/run/podman/podman.sock",
+        "{project}/{service}",
+        90.0,
+    )
+    off = {"discovery": {"docker": {"enabled": False}}}
+    assert parse_settings(off, "c.toml").docker is None
+
+
 def test_kubernetes_discovery_takes_the_node_from_node_name_as_the_downward_api_sets_it():
     from exporter.config import PodSelection, parse_settings
 
@@ -389,15 +418,7 @@ def test_kubernetes_discovery_takes_the_node_from_node_name_as_the_downward_api_
 def test_run_and_check_config_refuse_discovery_without_credentials(tmp_path, command):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[discovery.kubernetes]\nnode_name = "gpu-node-7"\n')
-    proc = subprocess.run(
-        [sys.executable, "-m", "exporter", command, "--config.file", str(cfg)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    proc = in_bare_environment(command, cfg)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         f"{cfg}: discovery.kubernetes.kubeconfig: is required outside a cluster "
@@ -418,3 +439,32 @@ def test_check_config_says_discovery_is_on_and_for_which_node(tmp_path):
     run = check_config(cfg)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == f"{cfg}: OK (0 targets, pods of node gpu-node-7)"
+
+
+@pytest.mark.parametrize("command", ["run", "check-config"])
+def test_run_and_check_config_refuse_a_docker_socket_that_is_a_plain_file(tmp_path, command):
+    not_a_socket = tmp_path / "docker.sock"
+    not_a_socket.write_text("")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[discovery.docker]\nsocket = "{not_a_socket}"\n')
+    proc = in_bare_environment(command, cfg)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [f"{cfg}: discovery.docker.socket: is not a unix socket"]
+
+
+def test_check_config_says_which_docker_socket_and_warns_when_none_is_there(tmp_path):
+    import socket
+
+    path = tmp_path / "docker.sock"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[discovery.docker]\nsocket = "{path}"\n')
+    missing = check_config(cfg)
+    assert missing.returncode == 2
+    assert missing.stderr.splitlines() == [
+        f"{cfg}: discovery.docker.socket: does not exist (is the Docker daemon running?)"
+    ]
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(path))
+        ok = check_config(cfg)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == f"{cfg}: OK (0 targets, containers on {path})"

@@ -93,6 +93,8 @@ def test_pure_modules_import_only_what_they_may(module, allowed):
                 "exporter.commands.wait",
                 "exporter.config",
                 "exporter.discovery.kubernetes",
+                "exporter.discovery.docker",
+                "exporter.discovery.watch",  # the streams both discovery clients read
             },
         ),
         (
@@ -124,7 +126,7 @@ def test_only_the_shell_imports_sources():
     users = {m for m in importers_of("exporter.sources") if not m.startswith("exporter.sources")}
     assert users <= {
         "exporter.daemon",
-        "exporter.discovery.kubernetes",  # the probes' socket watchdog
+        "exporter.discovery.watch",  # the probes' socket watchdog
         "exporter.cli",
         "exporter.commands.wait",
         "exporter.commands.replay",
@@ -163,9 +165,11 @@ def test_importing_the_package_has_no_side_effects():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)
 
 
-def test_discovery_does_io_only_in_its_client():
-    pure = imports_of(MODULES["exporter.discovery.pods"])
+@pytest.mark.parametrize("module", ["exporter.discovery.pods", "exporter.discovery.containers"])
+def test_discovery_does_io_only_in_its_client(module):
+    pure = imports_of(MODULES[module])
     assert {i for i in pure if i.split(".")[0] not in STDLIB} <= {
         "exporter.config",
         "exporter.engines",
+        "exporter.discovery.pods",
     }

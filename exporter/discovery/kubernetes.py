@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import logging
 import os
 import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -26,9 +25,15 @@ import httpx
 import yaml
 
 from exporter.config import KubernetesDiscovery
-from exporter.discovery.pods import DiscoveredTarget, field_obj, field_str, targets_from_pod
+from exporter.discovery.pods import field_obj, field_str, targets_from_pod
+from exporter.discovery.watch import (
+    ApiError,
+    ListWatcher,
+    StatusError,
+    json_lines,
+    json_object,
+)
 from exporter.errors import ConfigError
-from exporter.sources.probe import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -37,23 +42,12 @@ SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_WATCH_SECONDS: Final = 300
 #: Seconds of silence after which a connection counts as stuck; bookmarks come every minute.
 DEFAULT_READ_SECONDS: Final = 90.0
-#: A node runs at most a few hundred pods of some kB each; a bigger reply is not a pod list.
-MAX_BODY_BYTES: Final = 64 << 20
-MAX_REASON_CHARS: Final = 64
 _GONE: Final = 410
 _EARLY_END_SECONDS: Final = 1.0
 
 
 class _Gone(Exception):
     """The resourceVersion is too old: list again (no backoff, this is routine)."""
-
-
-class ApiError(Exception):
-    """The API server's reply could not be used; ``reason`` is a short, bounded word."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason[:MAX_REASON_CHARS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +68,6 @@ class Credentials:
         if self.token_file is not None:
             token = Path(self.token_file).read_text(encoding="utf-8").strip()
         return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-@dataclass(frozen=True, slots=True)
-class DiscoveryHealth:
-    """How the watch goes: ``up`` after a list or watch succeeded, until one fails."""
-
-    up: bool
-    error: str | None
-    synced: bool
 
 
 def load_credentials(
@@ -214,7 +199,7 @@ def _tls_context(
     return ctx
 
 
-class PodWatcher:
+class PodWatcher(ListWatcher[str]):
     """Lists, then watches, the pods of one node; keeps the current ones for ``snapshot()``.
 
     Runs in its own daemon thread (``start``), so a slow or hanging API server never delays
@@ -223,6 +208,8 @@ class PodWatcher:
     up to ``backoff_cap``, then lists again. Every read is bounded by ``read_seconds`` of
     silence and every request by its deadline (the watch's ``timeoutSeconds`` plus a read).
     """
+
+    kind = "kubernetes"
 
     def __init__(
         self,
@@ -234,83 +221,44 @@ class PodWatcher:
         backoff: float = 1.0,
         backoff_cap: float = 60.0,
     ) -> None:
-        self._settings, self._credentials = settings, credentials
-        self._watch_seconds, self._read_seconds = watch_seconds, read_seconds
-        self._backoff, self._backoff_cap = backoff, backoff_cap
-        self._lock = threading.Lock()
-        self._pods: dict[str, Mapping[str, object]] = {}
-        self._targets: tuple[DiscoveredTarget, ...] = ()
-        self._health = DiscoveryHealth(up=False, error="not_synced", synced=False)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._dog: Watchdog | None = None  # the running request's
-        self._client = httpx.Client(
+        client = httpx.Client(
             base_url=credentials.server,
             verify=credentials.ssl_context or True,
             trust_env=False,
             timeout=httpx.Timeout(read_seconds, connect=min(10.0, read_seconds)),
             limits=httpx.Limits(max_keepalive_connections=1),
         )
-        #: Lists done (the first, then one after each 410 or failure): tests and logs use it.
-        self.lists = 0
+        super().__init__(
+            client,
+            _STATUS_REASONS,
+            f"node={settings.node_name}",
+            read_seconds=read_seconds,
+            backoff=backoff,
+            backoff_cap=backoff_cap,
+        )
+        self._settings, self._credentials = settings, credentials
+        self._watch_seconds = watch_seconds
+        self._lock = threading.Lock()
+        self._pods: dict[str, Mapping[str, object]] = {}
 
-    def start(self) -> None:
-        """Start the watching thread."""
-        self._thread = threading.Thread(target=self._run, name="kubernetes", daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        """Stop watching: the running request's socket is shut down, the thread joined."""
-        self._stop.set()
-        if (dog := self._dog) is not None:
-            dog.fire()
-        if self._thread is not None:
-            self._thread.join(timeout=self._read_seconds + 1)
-        self._client.close()
-
-    def snapshot(self) -> tuple[DiscoveredTarget, ...]:
-        """The targets of the pods on the node now (empty until the first list)."""
-        return self._targets  # one reference read: replaced whole, never changed in place
-
-    def health(self) -> DiscoveryHealth:
-        """Whether the last request succeeded, and why not."""
-        return self._health
-
-    # --- the thread -------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        delay = self._backoff
-        while not self._stop.is_set():
-            try:
-                version = self._list()
-                delay = self._backoff
-                while not self._stop.is_set():
-                    version = self._watch(version)
-            except _Gone:
-                log.info("kubernetes watch expired, listing again")
-            except Exception as exc:  # the thread must outlive any reply; a bug is logged
-                if self._stop.is_set():
-                    return
-                if not isinstance(exc, httpx.HTTPError | ApiError | OSError | ValueError):
-                    log.exception("kubernetes discovery failed unexpectedly")
-                self._failed(_reason(exc))
-                self._stop.wait(delay)
-                delay = min(self._backoff_cap, delay * 2)
+    def _routine(self, exc: Exception) -> bool:
+        if isinstance(exc, _Gone):
+            log.info("kubernetes watch expired, listing again")
+        return isinstance(exc, _Gone)
 
     def _list(self) -> str:
         """Replace the pods with a fresh list; returns the list's resourceVersion."""
-        self.lists += 1
         with contextlib.closing(self._request({}, time.monotonic() + self._read_seconds)) as body:
-            doc = _json_object(b"".join(body))
+            doc = json_object(b"".join(body))
         items = doc.get("items")
         pods = [p for p in items if isinstance(p, dict)] if isinstance(items, list) else []
         with self._lock:
             self._pods = {_uid(p): p for p in pods}
             self._publish()
-        self._succeeded()
+        self._tracker.succeeded()
         return field_str(field_obj(doc, "metadata"), "resourceVersion")
 
-    def _watch(self, version: str) -> str:
+    def _follow(self, version: str) -> str:
         """Apply watch events until the server ends the watch; returns where to resume."""
         params = {
             "watch": "1",
@@ -324,10 +272,10 @@ class PodWatcher:
         # Closed at once when an event raises: an abandoned stream would hold its socket
         # until the garbage collector found it.
         with contextlib.closing(self._request(params, deadline)) as chunks:
-            for line in _lines(chunks):
-                version = self._apply(_json_object(line)) or version
+            for line in json_lines(chunks):
+                version = self._apply(json_object(line)) or version
                 events += 1
-                self._succeeded()
+                self._tracker.succeeded()
         if not events and time.monotonic() - started < _EARLY_END_SECONDS:
             # A watch the server ends at once, again and again, would spin: back off.
             raise ApiError("watch_ended_early")
@@ -362,89 +310,18 @@ class PodWatcher:
         """The body of ``GET /api/v1/pods`` on our node, in chunks, within ``deadline``."""
         query = {"fieldSelector": f"spec.nodeName={self._settings.node_name}", **params}
         headers = {"Accept": "application/json", **self._credentials.headers()}
-        self._dog = dog = Watchdog(max(0.0, deadline - time.monotonic()))
-        if self._stop.is_set():
-            dog.fire()  # close() ran before this request's watchdog existed
         try:
-            yield from self._stream(query, headers, dog)
-        except httpx.HTTPError:
-            if dog.fired:  # the read the watchdog cut short
-                raise ApiError("deadline_exceeded") from None
+            yield from self._streams.get("/api/v1/pods", query, headers, deadline)
+        except StatusError as exc:
+            if exc.status == _GONE:
+                raise _Gone from None
             raise
-        finally:
-            dog.disarm()  # no-op when _stream did it
-        if dog.fired:  # the stream ended early because the watchdog cut it
-            raise ApiError("deadline_exceeded")
-
-    def _stream(
-        self, query: Mapping[str, str], headers: Mapping[str, str], dog: Watchdog
-    ) -> Generator[bytes, None, None]:
-        extensions = {"trace": dog.trace}
-        with self._client.stream(
-            "GET", "/api/v1/pods", params=query, headers=headers, extensions=extensions
-        ) as reply:
-            if reply.status_code == _GONE:
-                raise _Gone
-            if reply.status_code != 200:
-                raise ApiError(_STATUS_REASONS.get(reply.status_code, f"http_{reply.status_code}"))
-            total = 0
-            try:
-                for chunk in reply.iter_raw():
-                    total += len(chunk)
-                    if total > MAX_BODY_BYTES:
-                        raise ApiError("body_too_large")
-                    yield chunk
-            finally:
-                dog.disarm()  # before the connection goes back to the pool
-
-    def _succeeded(self) -> None:
-        if not self._health.up:
-            log.info("kubernetes discovery up node=%s", self._settings.node_name)
-        self._health = DiscoveryHealth(up=True, error=None, synced=True)
-
-    def _failed(self, reason: str) -> None:
-        if self._health.up or self._health.error != reason:
-            log.warning("kubernetes discovery down reason=%s", reason)
-        self._health = DiscoveryHealth(up=False, error=reason, synced=self._health.synced)
 
 
 _STATUS_REASONS: Final[Mapping[int, str]] = {
     401: "unauthorized",
     403: "forbidden",  # RBAC: the service account needs get, list and watch on pods
 }
-
-
-def _reason(exc: Exception) -> str:
-    """A short word for a failure: never the exception's text, which may carry a URL."""
-    if isinstance(exc, ApiError):
-        return exc.reason
-    if isinstance(exc, httpx.TimeoutException):
-        return "timeout"
-    if isinstance(exc, httpx.ConnectError):
-        return "connect_error"
-    if isinstance(exc, httpx.HTTPError):
-        return "http_error"
-    if isinstance(exc, ValueError):
-        return "bad_response"
-    return "os_error" if isinstance(exc, OSError) else "internal_error"
-
-
-def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """Newline-separated watch events; each is a whole JSON document."""
-    pending = b""
-    for chunk in chunks:
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
-        yield from (line for line in complete if line.strip())
-    if pending.strip():
-        yield pending
-
-
-def _json_object(data: bytes) -> Mapping[str, object]:
-    doc = json.loads(data)
-    if not isinstance(doc, dict):
-        raise ApiError("bad_response")
-    return doc
 
 
 def _uid(pod: Mapping[str, object]) -> str:

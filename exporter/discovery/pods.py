@@ -7,7 +7,7 @@ I/O, no clock. A pod with nothing to watch (no annotation, no IP yet, gone) give
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -105,23 +105,56 @@ def _discovered(
         field_str(container, "name"),
     )
     host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
-    model = _meta_value(meta, "completion-model")
-    model = model if _PRINTABLE.fullmatch(model) else ""  # a label value: one line
-    health_path, model_path = _meta_value(meta, "health-path"), _meta_value(meta, "model-path")
-    target = Target(
+    target = labelled_target(
+        lambda key: _meta_value(meta, key),
         name=template.format(namespace=namespace, pod=pod, container=name),
-        engine=engine.name,
+        engine=engine,
         base_url=f"http://{host}:{port}",
-        health_path=health_path if _PATH.fullmatch(health_path) else engine.health_path,
+        container_id=container_id,
+        history_key=f"{namespace}/{_owner(meta)}/{name}",
+        pod=PodRef(namespace, pod, name),
         probe_timeout_seconds=settings.probe_timeout_seconds,
+    )
+    return DiscoveredTarget(target, field_str(meta, "uid"))
+
+
+def labelled_target(
+    value: Callable[[str], str],
+    *,
+    name: str,
+    engine: Engine,
+    base_url: str,
+    container_id: str,
+    history_key: str,
+    pod: PodRef,
+    probe_timeout_seconds: float,
+) -> Target:
+    """A target whose probe settings come from ``inference-lifecycle.io/*`` metadata.
+
+    ``value(key)`` reads ``inference-lifecycle.io/<key>`` ("" when absent) from a pod's
+    annotations or a container's labels: Kubernetes and Docker share the keys.
+    """
+    model = value("completion-model")
+    model = model if _PRINTABLE.fullmatch(model) else ""  # a label value: one line
+    health_path, model_path = value("health-path"), value("model-path")
+    return Target(
+        name=name,
+        engine=engine.name,
+        base_url=base_url,
+        health_path=health_path if _PATH.fullmatch(health_path) else engine.health_path,
+        probe_timeout_seconds=probe_timeout_seconds,
         completion=CompletionProbe(model=model) if model else None,
         container_id=container_id,
         model_path=model_path if _PATH.fullmatch(model_path) else None,
         model=model,
-        history_key=f"{namespace}/{_owner(meta)}/{name}",
-        pod=PodRef(namespace, pod, name),
+        history_key=history_key,
+        pod=pod,
     )
-    return DiscoveredTarget(target, field_str(meta, "uid"))
+
+
+def parse_port(text: str) -> int | None:
+    """A TCP port from metadata text; None unless it is a number in 1..65535."""
+    return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
 
 
 def _select(
@@ -161,7 +194,7 @@ def _port(meta: Mapping[str, object], container: Mapping[str, object]) -> int | 
     """The annotated port, else the container's port named ``http``, else its first one."""
     annotated = _meta_value(meta, "port")
     if annotated:
-        return int(annotated) if annotated.isdigit() and 0 < int(annotated) < 65536 else None
+        return parse_port(annotated)
     ports = [p for p in field_objs(container, "ports") if isinstance(p.get("containerPort"), int)]
     named = [p for p in ports if p.get("name") == "http"] or ports
     port = named[0]["containerPort"] if named else None

@@ -45,8 +45,13 @@ REPORT_MAX_BODY_BYTES: Final = 4 << 20
 _AUTO_WBITS: Final = 32 | zlib.MAX_WBITS
 _DECODED_ENCODINGS: Final = frozenset({"gzip", "x-gzip", "deflate"})
 # Events of httpcore's ``trace`` extension that hand over the connection's network stream.
+# connect_unix_socket: the Docker Engine API's socket (exporter/discovery/docker.py).
 _STREAM_EVENTS: Final = frozenset(
-    {"connection.connect_tcp.complete", "connection.start_tls.complete"}
+    {
+        "connection.connect_tcp.complete",
+        "connection.connect_unix_socket.complete",
+        "connection.start_tls.complete",
+    }
 )
 
 

@@ -12,11 +12,12 @@ import logging
 
 import pytest
 
-from exporter.config import KubernetesDiscovery, Settings, Target
+from exporter.config import DockerDiscovery, KubernetesDiscovery, Settings, Target
 from exporter.core.lifecycle import ColdStart
 from exporter.core.model import Phase
 from exporter.daemon import Daemon
 from exporter.history import History
+from tests.discovery.containers import CID_SGLANG, compose_vllm, docker_run_sglang
 from tests.discovery.fakeapi import FakeApiServer, events
 from tests.discovery.pods import NODE, sglang_statefulset_pod, vllm_deployment_pod
 from tests.discovery.test_kubernetes import kubeconfig
@@ -96,9 +97,9 @@ def test_discovered_pods_are_watched_beside_static_targets_and_dropped_after_gra
         daemon.close()
 
 
-def test_a_new_replica_expects_the_start_time_its_predecessors_took(api, tmp_path):
-    history = History.open(None)
-    predecessor = ColdStart(
+def predecessor_start() -> ColdStart:
+    """A finished 612 s start, as the replica before the one under test recorded it."""
+    return ColdStart(
         started_at=1000.0,
         ended_at=1000.0 + 612.0,
         outcome="ready",
@@ -108,7 +109,11 @@ def test_a_new_replica_expects_the_start_time_its_predecessors_took(api, tmp_pat
         read_bytes=None,
         peak_gpu_bytes=None,
     )
-    history.record("inference/Deployment/llama-70b/vllm", "vllm", "", predecessor)
+
+
+def test_a_new_replica_expects_the_start_time_its_predecessors_took(api, tmp_path):
+    history = History.open(None)
+    history.record("inference/Deployment/llama-70b/vllm", "vllm", "", predecessor_start())
     api.add(vllm_deployment_pod())  # a replica of the same Deployment, new name
     daemon = daemon_for(api, tmp_path, history=history)
     try:
@@ -171,5 +176,53 @@ def test_a_reload_onto_another_node_watches_its_pods_and_lets_the_old_ones_go(ap
         assert daemon.reload(lambda: settings)
         wait_for(lambda: target_names(daemon) == ["inference/there"])  # FIRST after its grace
         assert all("spec.nodeName=n9" in q["fieldSelector"] for q in api.queries()[-2:])
+    finally:
+        daemon.close()
+
+
+def test_pods_and_containers_are_watched_together_and_a_reload_drops_only_docker(
+    api, docker, tmp_path
+):
+    api.add(vllm_deployment_pod())
+    docker.run(docker_run_sglang(), announce=False)
+    both = dataclasses.replace(
+        daemon_for(api, tmp_path).settings,
+        docker=DockerDiscovery(socket=docker.socket, grace_seconds=60, probe_timeout_seconds=0.2),
+    )
+    daemon = Daemon(both, history=History.open(None))
+    try:
+        wait_for(lambda: target_names(daemon) == [FIRST, "sglang"])
+        sources = {s.source: s.up for s in daemon.tick().sources}
+        assert sources["kubernetes"] and sources["docker"]
+        lists = len([q for q in api.queries() if "watch" not in q])
+        # Docker off: its targets go at once (not after its minute of grace), pods stay.
+        assert daemon.reload(lambda: dataclasses.replace(both, docker=None))
+        snap = daemon.tick()
+        assert [t.info.name for t in snap.targets] == [FIRST]
+        assert "docker" not in {s.source for s in snap.sources}
+        assert len([q for q in api.queries() if "watch" not in q]) == lists  # same watcher
+        docker.destroy(CID_SGLANG)
+    finally:
+        daemon.close()
+
+
+def test_a_recreated_compose_container_expects_the_start_time_of_the_one_it_replaced(
+    docker, tmp_path
+):
+    history = History.open(None)
+    history.record("compose/serving/llm", "vllm", "", predecessor_start())
+    docker.run(compose_vllm(Id="6" * 64, Name="/serving-llm-2"), announce=False)
+    settings = Settings(
+        interval_seconds=0.5,
+        state_directory=str(tmp_path),
+        nvml=False,
+        docker=DockerDiscovery(socket=docker.socket, probe_timeout_seconds=0.2),
+        source_path="c.toml",
+    )
+    daemon = Daemon(settings, history=history)
+    try:
+        wait_for(lambda: target_names(daemon) == ["serving-llm-2"])
+        (target,) = daemon.tick().targets
+        assert target.typical_start_seconds == 612.0
     finally:
         daemon.close()

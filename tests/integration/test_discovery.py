@@ -1,4 +1,4 @@
-"""The DaemonSet case end to end: only ``[discovery.kubernetes]``, pods whose engines run in
+"""Discovery end to end: only ``[discovery.kubernetes]`` (or ``[discovery.docker]``), engines in
 real cgroups, the real exporter process following them to ready and past their deletion.
 
 The API server is the loopback fake (tests/discovery/fakeapi.py: no kube-apiserver runs
@@ -9,6 +9,8 @@ this test creates under the host's cgroup2 mount as the kubelet's systemd driver
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -16,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.cgroupfs import cgroup_hierarchies
+from tests.discovery.containers import docker_run_sglang, unlabelled
 from tests.discovery.fakeapi import FakeApiServer, events, expired, follow
+from tests.discovery.fakedocker import FakeDocker
 from tests.discovery.pods import NODE, vllm_deployment_pod
 from tests.discovery.test_kubernetes import kubeconfig
 from tests.integration.harness import exporter, simulator
@@ -136,3 +140,67 @@ def test_two_pods_of_the_node_are_followed_to_ready_and_a_deleted_one_goes_after
                 assert exp.status()["taken_at"] > before + 1
         finally:
             api.close()
+
+
+def test_two_labelled_containers_are_followed_to_ready_and_a_destroyed_one_goes_after_grace(
+    tmp_path, cgroup_dir
+):
+    """The same for a Docker host: only ``[discovery.docker]``, the fake Engine API socket.
+
+    No Docker daemon runs here (tests/discovery/fakedocker.py speaks its API on a unix
+    socket); the engines run in real cgroups laid out as Docker's systemd driver
+    (``system.slice/docker-<id>.scope``) and its cgroupfs driver (``/docker/<id>``) make them.
+    """
+    if problem := cgroup2_problem():
+        if os.environ.get("CI"):
+            pytest.fail(problem)
+        pytest.skip(problem)
+    sockets = tempfile.mkdtemp(prefix="dock", dir="/tmp")  # a socket path holds 108 bytes
+    docker = FakeDocker(str(Path(sockets, "docker.sock")))
+    with (
+        simulator(tmp_path, launch=False) as sim_a,
+        simulator(tmp_path, launch=False) as sim_b,
+    ):
+        cid_a, cid_b = (uuid.uuid4().hex + uuid.uuid4().hex for _ in range(2))
+        published = {"HostIp": "0.0.0.0"}
+        a = docker_run_sglang(
+            Id=cid_a,
+            Name="/sglang-a",
+            NetworkSettings__Ports={"30000/tcp": [{**published, "HostPort": str(sim_a.port)}]},
+        )
+        b = docker_run_sglang(
+            Id=cid_b,
+            Name="/sglang-b",
+            NetworkSettings__Ports={"30000/tcp": [{**published, "HostPort": str(sim_b.port)}]},
+        )
+        for container in (a, b, unlabelled()):
+            docker.run(container, announce=False)
+        config = (
+            f'[discovery.docker]\nsocket = "{docker.socket}"\ngrace = "3s"\n'
+            f'probe_timeout = "{INTERVAL * 0.8}s"\n'
+        )
+        try:
+            with exporter(tmp_path, config, interval=INTERVAL) as exp:
+                exp.wait_for(lambda t: t["phase"] == "down", "sglang-a")
+                start_in(sim_a, cgroup_dir(Path(CGROUP2, "system.slice", f"docker-{cid_a}.scope")))
+                start_in(sim_b, cgroup_dir(Path(CGROUP2, "docker", cid_b)))
+                for name in ("sglang-a", "sglang-b"):
+                    doc = exp.wait_for(lambda t: t["phase"] in ("ready", "serving"), name)
+                    assert doc["process"]["processes"] >= 2  # main + worker, by cgroup
+                assert {t["target"] for t in exp.status()["targets"]} == {"sglang-a", "sglang-b"}
+                metrics = exp.metrics()
+                assert 'inference_exporter_source_up{source="docker",target=""} 1.0' in metrics
+                assert cid_a not in metrics and cid_b not in metrics  # IDs are never labels
+
+                docker.drop()  # the events stream breaks; the next list still has both
+                docker.destroy(cid_a)
+                destroyed_at = time.monotonic()
+                exp.wait_for(lambda t: True, "sglang-a")  # still exported during the grace
+                while "sglang-a" in {t["target"] for t in exp.status()["targets"]}:
+                    assert time.monotonic() - destroyed_at < 20, "never dropped"
+                    time.sleep(0.1)
+                assert time.monotonic() - destroyed_at >= 2.5  # grace = 3s
+                assert exp.target("sglang-b")["phase"] in ("ready", "serving")
+        finally:
+            docker.close()
+            shutil.rmtree(sockets, ignore_errors=True)
