@@ -557,7 +557,8 @@ def test_flap_serves_then_fails_health_then_recovers_while_alive(tmp_path: Path)
 @pytest.mark.integration
 def test_slow_start_is_silent_but_reads_computes_and_becomes_ready(tmp_path: Path) -> None:
     with Sim(tmp_path, "vllm", "--scenario", "slow", "--init-seconds", "1") as sim:
-        sim.wait_for(lambda: sim.read_bytes() > 0)
+        # Past the load's first bar (reads before it can be a cold venv's imports), reading.
+        sim.wait_for(lambda: "Completed | 0/5" in sim.log() and sim.read_bytes() > 0)
         lines, read, rss = sim.log().count("\n"), sim.read_bytes(), sim.worker_rss()
         time.sleep(0.3)
         assert sim.log().count("\n") == lines and sim.read_bytes() > read
