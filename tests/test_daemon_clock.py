@@ -157,7 +157,8 @@ def test_a_wall_clock_step_mid_start_moves_timestamps_but_no_duration(tmp_path, 
         assert after.create_time == pytest.approx(before.create_time + step)
         assert after.phase_since == pytest.approx(before.phase_since + step)
         assert not after.stalled  # an hour "without progress" that never happened
-        assert after.seconds_since_progress == pytest.approx(before.seconds_since_progress + 2)
+        # No jump by the step: 2 s more of quiet at most (less when the child showed progress).
+        assert after.seconds_since_progress <= before.seconds_since_progress + 2 + 1e-6
         assert daemon.latest is not None and daemon.latest.taken_at == c.wall
     finally:
         daemon.close()
