@@ -220,7 +220,7 @@ class ProbeResult:
 
 @dataclass(frozen=True, slots=True)
 class GpuSample:
-    """One GPU as NVML reported it in one sample. Unsupported fields are None, never 0."""
+    """One GPU as its vendor library reported it in one sample; unsupported fields are None."""
 
     index: int
     uuid: str
@@ -233,6 +233,11 @@ class GpuSample:
     memory_utilization_ratio: float | None = None
     pcie_rx_bytes_per_second: float | None = None
     error: str | None = None
+    #: Who made it: "nvidia" (NVML) or "amd" (amd-smi).
+    vendor: str = "nvidia"
+    #: RAS error totals since the driver loaded (amd-smi); None where not reported.
+    ecc_correctable_errors: int | None = None
+    ecc_uncorrectable_errors: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
