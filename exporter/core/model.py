@@ -235,8 +235,7 @@ class GpuSample:
     error: str | None = None
     #: Who made it: "nvidia" (NVML) or "amd" (amd-smi).
     vendor: str = "nvidia"
-    #: RAS error totals since the driver loaded (amd-smi); None where not reported.
-    ecc_correctable_errors: int | None = None
+    #: Uncorrectable ECC (RAS) errors since the driver loaded (amd-smi); None: not reported.
     ecc_uncorrectable_errors: int | None = None
 
 

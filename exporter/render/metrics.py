@@ -420,19 +420,18 @@ def gpu_families(snap: Snapshot) -> Iterator[Metric]:
             labels,
         ),
     }
+    # Uncorrectable only: they fail starts; correctable ones would double the per-GPU cost.
     ecc = CounterMetricFamily(
-        "inference_gpu_ecc_errors",
-        "GPU memory ECC (RAS) errors since the driver loaded, by severity (amd-smi).",
-        labels=[*labels, "severity"],
+        "inference_gpu_ecc_uncorrectable_errors",
+        "Uncorrectable GPU memory ECC (RAS) errors since the driver loaded (amd-smi).",
+        labels=list(labels),
     )
     for g in snap.gpus:
         key = [str(g.index), g.uuid]
         fams["up"].add_metric(key, 1.0 if g.up else 0.0)
         fams["info"].add_metric([*key, g.name, g.vendor], 1.0)
-        for severity in ("correctable", "uncorrectable"):
-            count = getattr(g, f"ecc_{severity}_errors")
-            if count is not None and g.up:
-                ecc.add_metric([*key, severity], float(count))
+        if g.ecc_uncorrectable_errors is not None and g.up:
+            ecc.add_metric(key, float(g.ecc_uncorrectable_errors))
         for attr in (
             "memory_used_bytes",
             "memory_total_bytes",

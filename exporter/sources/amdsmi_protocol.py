@@ -16,11 +16,10 @@ LIBRARY_NOT_LOADED: Final = 4
 
 
 class AmdGpuRecord(GpuRecord, total=False):
-    """One AMD GPU: the shared fields plus RAS totals since the driver loaded.
+    """One AMD GPU: the shared fields plus its uncorrectable RAS total since the driver loaded.
 
-    ``util`` is GFX activity, ``mem_util`` UMC activity; a RAS total the GPU does not report
-    is absent.
+    ``util`` is GFX activity, ``mem_util`` UMC activity; ``ecc_uncorrectable`` is absent where
+    the GPU does not report RAS counts.
     """
 
-    ecc_correctable: int
     ecc_uncorrectable: int

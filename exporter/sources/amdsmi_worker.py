@@ -69,7 +69,6 @@ class Sampler:
                 gpu[key] = int(value)  # type: ignore[literal-required]  # "util" or "mem_util"
         ecc = self._field(self.smi.amdsmi_get_gpu_total_ecc_count, handle)
         if ecc is not None:
-            gpu["ecc_correctable"] = int(ecc["correctable_count"])
             gpu["ecc_uncorrectable"] = int(ecc["uncorrectable_count"])
         listed = self._field(self.smi.amdsmi_get_gpu_process_list, handle) or []
         procs.extend((index, int(p["pid"]), _vram(p)) for p in listed)

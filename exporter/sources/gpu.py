@@ -419,7 +419,7 @@ class GpuSource:
     def _note_process_api(self, api: object) -> None:
         if api is not None and api != self._process_api:
             self._process_api = str(api)
-            log.info("nvml process listing api=%s", api)
+            log.info("%s process listing api=%s", self.name, api)
 
     def _warn_invisible(self, processes: tuple[GpuProcess, ...]) -> None:
         hidden = len({p.pid for p in processes if not p.visible})
@@ -443,7 +443,8 @@ class GpuSource:
         self._described = True
         wheels = hello.get("binding_wheels") or {}
         log.info(
-            "nvml binding path=%s wheels=%s driver=%s",
+            "%s binding path=%s wheels=%s driver=%s",
+            self.name,
             hello["binding_path"],
             ",".join(f"{name}=={version}" for name, version in sorted(wheels.items())) or "-",
             hello.get("driver"),

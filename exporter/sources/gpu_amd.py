@@ -2,7 +2,7 @@
 
 ``AmdGpuSource`` is ``GpuSource`` with the AMD child: the same deadline, backoff, process
 checks and PID-namespace visibility, so per-process VRAM joins targets exactly like NVML's.
-It adds what only AMD reports (RAS totals) and marks its GPUs ``vendor="amd"``.
+It adds what only AMD reports (uncorrectable RAS errors) and marks its GPUs ``vendor="amd"``.
 """
 
 from __future__ import annotations
@@ -111,7 +111,6 @@ class AmdGpuSource(GpuSource):
             replace(
                 gpu,
                 vendor="amd",
-                ecc_correctable_errors=_count(records.get(gpu.index, {}), "ecc_correctable"),
                 ecc_uncorrectable_errors=_count(records.get(gpu.index, {}), "ecc_uncorrectable"),
             )
             for gpu in reading.gpus

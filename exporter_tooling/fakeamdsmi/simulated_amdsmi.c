@@ -21,6 +21,9 @@
  *   error <function> <code> [idx]   that function returns <code>, e.g. 2 = NOT_SUPPORTED
  *   hang <function> <seconds>       that function sleeps first (a call stuck in the driver)
  *   crash <function>                that function raises SIGSEGV
+ *
+ * A uuid written NVML-style ("GPU-" + 36 characters, as the simulator writes them) is reported
+ * without its "GPU-" prefix, as amd-smi's own UUIDs are: the binding's buffer holds 38 bytes.
  */
 #include <signal.h>
 #include <stdint.h>
@@ -291,11 +294,13 @@ amdsmi_status_t amdsmi_get_processor_type(void *handle, uint32_t *type) {
 
 amdsmi_status_t amdsmi_get_gpu_device_uuid(void *handle, uint32_t *length, char *uuid) {
     struct sim_gpu *gpu;
+    const char *value;
     amdsmi_status_t ret = begin_gpu("amdsmi_get_gpu_device_uuid", handle, uuid, &gpu);
     if (ret != AMDSMI_STATUS_SUCCESS) return ret;
-    if (length == NULL || strlen(gpu->uuid) + 1 > *length) return AMDSMI_STATUS_INSUFFICIENT_SIZE;
-    memcpy(uuid, gpu->uuid, strlen(gpu->uuid) + 1);
-    *length = (uint32_t)strlen(gpu->uuid) + 1;
+    value = strncmp(gpu->uuid, "GPU-", 4) == 0 ? gpu->uuid + 4 : gpu->uuid;
+    if (length == NULL || strlen(value) + 1 > *length) return AMDSMI_STATUS_INSUFFICIENT_SIZE;
+    memcpy(uuid, value, strlen(value) + 1);
+    *length = (uint32_t)strlen(value) + 1;
     return AMDSMI_STATUS_SUCCESS;
 }
 

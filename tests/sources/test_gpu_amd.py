@@ -117,7 +117,6 @@ def test_vram_activity_and_ecc_of_each_gpu_come_through_the_real_binding(make_so
         utilization_ratio=0.87,
         memory_utilization_ratio=0.12,
         vendor="amd",
-        ecc_correctable_errors=5,
         ecc_uncorrectable_errors=2,
     )
     # GPU 1 reports no RAS counts: absent, never a fake 0.
