@@ -15,8 +15,8 @@ from types import ModuleType
 from typing import Final, TypeVar
 
 from exporter.sources.amdsmi_protocol import LIBRARY_NOT_LOADED, AmdGpuRecord
-from exporter.sources.nvml_protocol import REQUEST, GpuRecord, Hello, ProcessRecord, Reply
-from exporter.sources.nvml_worker import _protocol_stream, _send
+from exporter.sources.nvml_protocol import GpuRecord, Hello, ProcessRecord, Reply
+from exporter.sources.nvml_worker import _protocol_stream, serve
 
 #: Status codes (amdsmi_status_t) after which the processor itself is unusable.
 _NO_PERMISSION: Final = 10
@@ -43,6 +43,10 @@ class Sampler:
         for index, handle in enumerate(handles):
             gpus.append(self._sample_gpu(index, handle, procs))
         return {"gpus": gpus, "procs": procs, "process_api": "amdsmi_get_gpu_process_list"}
+
+    def shutdown(self) -> None:
+        """Release amd-smi before the child exits."""
+        self.smi.amdsmi_shut_down()
 
     def _sample_gpu(self, index: int, handle: object, procs: list[ProcessRecord]) -> AmdGpuRecord:
         try:
@@ -120,17 +124,10 @@ def _hello(describe: bool) -> tuple[Hello, Sampler | None]:
 
 def main() -> int:
     """Say hello (amd-smi init result), then answer each request until stdin closes."""
+    # The parent ends us by closing stdin; a terminal's Ctrl-C is its business, not ours.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    replies = _protocol_stream()
-    hello, sampler = _hello("--describe" in sys.argv)
-    _send(replies, hello)
-    if sampler is None:
-        return 0
-    for line in sys.stdin.buffer:
-        if line == REQUEST:
-            _send(replies, sampler.sample())
-    sampler.smi.amdsmi_shut_down()
-    return 0
+    replies = _protocol_stream()  # before the binding's import prints anything
+    return serve(replies, *_hello("--describe" in sys.argv))
 
 
 if __name__ == "__main__":

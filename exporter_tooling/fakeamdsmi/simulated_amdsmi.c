@@ -327,22 +327,23 @@ amdsmi_status_t amdsmi_get_gpu_device_bdf(void *handle, uint64_t *bdf) {
     return ret;
 }
 
-amdsmi_status_t amdsmi_get_gpu_memory_total(void *handle, uint32_t type, uint64_t *total) {
+/* Only VRAM is simulated; GTT and visible VRAM are "not supported". */
+static amdsmi_status_t vram_bytes(const char *fn, void *handle, uint32_t type, uint64_t *out,
+                                  int total) {
     struct sim_gpu *gpu;
-    amdsmi_status_t ret = begin_gpu("amdsmi_get_gpu_memory_total", handle, total, &gpu);
+    amdsmi_status_t ret = begin_gpu(fn, handle, out, &gpu);
     if (ret != AMDSMI_STATUS_SUCCESS) return ret;
     if (type != AMDSMI_MEM_TYPE_VRAM) return AMDSMI_STATUS_NOT_SUPPORTED;
-    *total = gpu->total;
+    *out = total ? gpu->total : gpu->used;
     return AMDSMI_STATUS_SUCCESS;
 }
 
+amdsmi_status_t amdsmi_get_gpu_memory_total(void *handle, uint32_t type, uint64_t *total) {
+    return vram_bytes("amdsmi_get_gpu_memory_total", handle, type, total, 1);
+}
+
 amdsmi_status_t amdsmi_get_gpu_memory_usage(void *handle, uint32_t type, uint64_t *used) {
-    struct sim_gpu *gpu;
-    amdsmi_status_t ret = begin_gpu("amdsmi_get_gpu_memory_usage", handle, used, &gpu);
-    if (ret != AMDSMI_STATUS_SUCCESS) return ret;
-    if (type != AMDSMI_MEM_TYPE_VRAM) return AMDSMI_STATUS_NOT_SUPPORTED;
-    *used = gpu->used;
-    return AMDSMI_STATUS_SUCCESS;
+    return vram_bytes("amdsmi_get_gpu_memory_usage", handle, type, used, 0);
 }
 
 amdsmi_status_t amdsmi_get_gpu_vram_usage(void *handle, amdsmi_vram_usage_t *usage) {

@@ -10,7 +10,6 @@ A real AMD host is checked by ``tests/gpu/check_real_gpu.sh --vendor amd``.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +26,9 @@ from exporter.sources.gpu_amd import AmdGpuSource, amdsmi_library_present
 from exporter.sources.gpu_vendors import OptionalVendor, merge_readings, vendor_sources
 from exporter_tooling.fakeamdsmi import STATE_ENV, build_simulated_amdsmi, ecc_line
 from exporter_tooling.fakenvml import gpu_line, proc_line, write_state
+from tests.gpu import check_real_gpu
 from tests.gpu.check_real_gpu import first_reading as eventually
+from tests.sources.test_gpu import failure
 
 GIB = 1 << 30
 TOTAL = 192 * GIB
@@ -64,37 +65,8 @@ def make_source(amd_lib: str) -> Iterator[Callable[..., AmdGpuSource]]:
         source.close()
 
 
-@pytest.fixture
-def sleeper() -> Iterator[Callable[[], int]]:
-    """Start real child processes that stand in for inference server workers."""
-    children: list[subprocess.Popen[bytes]] = []
-
-    def start() -> int:
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        children.append(child)
-        return child.pid
-
-    yield start
-    for child in children:
-        child.kill()
-        child.wait()
-
-
 def amd_gpu(index: int, used: int = GIB, gfx: int = 30, umc: int = 10) -> str:
     return gpu_line(index, f"amd-uuid-{index:04d}", NAME, TOTAL, used, gfx, umc)
-
-
-def failure(source: AmdGpuSource, *, within: float = 20.0) -> SourceError:
-    """Sample until the source reports a failure other than "the child is still starting"."""
-    stop = time.monotonic() + within
-    while time.monotonic() < stop:
-        try:
-            source.sample()
-        except SourceError as exc:
-            if exc.reason != "starting":
-                return exc
-        time.sleep(0.02)
-    raise AssertionError("the source never failed")
 
 
 @pytest.mark.integration
@@ -276,22 +248,17 @@ def replace_stale(reading: GpuReading) -> GpuReading:
 
 
 @pytest.mark.integration
-def test_real_gpu_check_script_passes_on_both_simulated_vendors():
+def test_real_gpu_check_passes_on_both_simulated_vendors(monkeypatch, capsys):
     # Keeps check_real_gpu.sh's AMD path from rotting on hosts without an AMD GPU; the real
     # run (a child's hipMalloc seen through the real amd-smi) needs an AMD host.
-    script = Path(__file__).resolve().parents[1] / "gpu" / "check_real_gpu.sh"
+    for name in (STATE_ENV, "SIMULATED_NVML_STATE"):
+        monkeypatch.delenv(name, raising=False)  # main() points each at its state file
+    monkeypatch.setattr(sys, "argv", ["check", "--simulate", "--gpus", "2", "--samples", "5"])
 
-    result = subprocess.run(
-        [str(script), "--simulate", "--gpus", "2", "--samples", "5"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    code = check_real_gpu.main()
 
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = result.stdout.splitlines()
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0, lines
     assert any(line.startswith("amd gpu 1 Simulated-GPU used=1702887424 ") for line in lines)
-    verdicts = [line.split(":", 1)[0] for line in lines if ": PASS: 1024 MiB" in line]
+    verdicts = [line.split(":", 1)[0] for line in lines if ": PASS: 1024 MiB allocated" in line]
     assert verdicts == ["nvidia", "amd"]
-    assert result.stdout.splitlines()[-1].startswith("PASS: 1024 MiB allocated by pid ")
