@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import Settings
+from exporter.config import Settings, load_settings
 from exporter.core.model import GpuProcess, GpuReading, GpuSample
 from exporter.core.observe import attribute_gpu_memory
-from exporter.errors import SourceError
+from exporter.errors import ConfigErrors, SourceError
 from exporter.sources.gpu import GpuSource
 from exporter.sources.gpu_amd import AmdGpuSource, amdsmi_library_present
 from exporter.sources.gpu_vendors import OptionalVendor, merge_readings, vendor_sources
@@ -262,3 +262,16 @@ def test_real_gpu_check_passes_on_both_simulated_vendors(monkeypatch, capsys):
     assert any(line.startswith("amd gpu 1 Simulated-GPU used=1702887424 ") for line in lines)
     verdicts = [line.split(":", 1)[0] for line in lines if ": PASS: 1024 MiB allocated" in line]
     assert verdicts == ["nvidia", "amd"]
+
+
+def test_config_turns_amd_off_or_points_at_a_library_and_refuses_a_bad_value(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text('[exporter]\namdsmi = false\namdsmi_library_dir = "/opt/rocm/lib"\n')
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[exporter]\namdsmi = "yes"\n')
+
+    settings = load_settings(good)
+
+    assert (settings.amdsmi, settings.amdsmi_library_dir) == (False, "/opt/rocm/lib")
+    with pytest.raises(ConfigErrors, match="amdsmi"):
+        load_settings(bad)
