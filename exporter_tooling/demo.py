@@ -23,13 +23,15 @@ from exporter_tooling.cbuild import SimulatedLibraryBuildError
 from exporter_tooling.processes import free_port, stop_process
 from exporter_tooling.simulate.gpustate import GpuLoad, render_gpu_state, write_gpu_state
 from exporter_tooling.simulate.launcher import SimulatorFiles, SimulatorSpec, simulator_argv
-from exporter_tooling.simulate.plan import Scenario, SimEngine
+from exporter_tooling.simulate.plan import GPU_NAME, Scenario, SimEngine
 
 log = logging.getLogger(__name__)
 #: The simulator's own scenarios and engines, in its order, so the two commands never differ.
 SCENARIOS = tuple(s.value for s in Scenario)
 ENGINES = tuple(e.value for e in SimEngine)
 GPU_VENDORS = ("nvidia", "amd")
+#: What ``--gpu-vendor amd`` simulates: the MI300X's name as amd-smi reports its market name.
+AMD_GPU_NAME = "AMD-Instinct-MI300X"
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -108,6 +110,7 @@ def simulator_spec(args: argparse.Namespace, port: int) -> SimulatorSpec:
         start_seconds=args.start_seconds,
         init_seconds=args.init_seconds,
         gpus=args.gpus,
+        gpu_name=AMD_GPU_NAME if args.gpu_vendor == "amd" else GPU_NAME,
     )
 
 
@@ -140,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
     # The simulator writes one state file; either fake library reads its gpu/proc lines.
     state_env = fakeamdsmi.STATE_ENV if amd else fakenvml.STATE_ENV
     # The host's GPUs exist, idle, before any engine starts (NVML enumerates them at init).
-    write_gpu_state(files.gpu_state, render_gpu_state(args.gpus, [], GpuLoad(), 0))
+    idle = render_gpu_state(args.gpus, [], GpuLoad(), 0, simulator_spec(args, port).gpu_name)
+    write_gpu_state(files.gpu_state, idle)
     engines: list[subprocess.Popen[bytes]] = []
 
     def start_engine() -> None:

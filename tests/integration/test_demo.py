@@ -120,8 +120,10 @@ def test_demo_on_simulated_amd_gpus_shows_vram_per_gpu_and_per_target():
                 ):
                     break
             time.sleep(0.1)
-        vendors = re.findall(r'inference_gpu_info\{gpu="(\d)",[^}]*vendor="(\w+)"\}', metrics)
-        assert vendors == [("0", "amd"), ("1", "amd")]
+        vendors = re.findall(
+            r'inference_gpu_info\{gpu="(\d)",name="([^"]+)",[^}]*vendor="(\w+)"\}', metrics
+        )
+        assert vendors == [("0", "AMD-Instinct-MI300X", "amd"), ("1", "AMD-Instinct-MI300X", "amd")]
         per_gpu = re.findall(
             r'inference_gpu_memory_used_bytes\{gpu="(\d)",uuid="[^"]+"\} (\S+)', metrics
         )
