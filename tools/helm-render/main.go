@@ -350,6 +350,19 @@ func splitUnescaped(s string, sep byte) []string {
 	return append(parts, s[start:])
 }
 
+// unescapedBraces is s with escaped characters removed: what is left are its real braces.
+func unescapedBraces(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' {
+			i++
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
 func unescape(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
@@ -371,11 +384,16 @@ func parseSet(vals map[string]any, arg string, asString bool) error {
 			return fmt.Errorf("failed parsing --set data: key %q has no value", pair)
 		}
 		var value any
-		if strings.HasPrefix(val, "{") && strings.HasSuffix(val, "}") && !asString {
+		if strings.HasPrefix(val, "{") {
+			if len(val) < 2 || !strings.HasSuffix(val, "}") ||
+				strings.ContainsAny(unescapedBraces(val[1:len(val)-1]), "{}") {
+				return fmt.Errorf("failed parsing --set data %q: a list is {a,b}; escape other braces with \\", pair)
+			}
+			inner := val[1 : len(val)-1]
 			list := []any{}
-			if inner := val[1 : len(val)-1]; inner != "" {
+			if inner != "" {
 				for _, item := range splitUnescaped(inner, ',') {
-					list = append(list, typedVal(unescape(item), false))
+					list = append(list, typedVal(unescape(item), asString))
 				}
 			}
 			value = list

@@ -64,11 +64,12 @@ A TOML key: bare when it may be, else a quoted string.
 {{/*
 The keys of one TOML table, from a map: scalars and arrays first, written as JSON literals
 (a JSON string, number, boolean or array of them is the same TOML value), then the nested
-maps as [prefix.key] tables. Nulls are left out. Call with (dict "table" MAP "prefix" NAME).
+maps as [prefix.key] tables; name first, the rest sorted; nulls are left out.
+Call with (dict "table" MAP "prefix" NAME).
 */}}
 {{- define "ile.tomlBody" -}}
 {{- $table := .table }}
-{{- range $key := keys $table | sortAlpha }}
+{{- range $key := prepend (without (keys $table | sortAlpha) "name") "name" }}
 {{- $value := index $table $key }}
 {{- if not (or (kindIs "map" $value) (kindIs "invalid" $value)) }}
 {{ include "ile.tomlKey" $key }} = {{ toJson $value }}
