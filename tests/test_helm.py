@@ -549,3 +549,73 @@ def test_readme_helm_install_renders(helm_render):
     assert by_kind(docs)["DaemonSet"]
     text = (ROOT / "README.md").read_text()
     assert "startupProbe:" in text and "/probe?target=" in text  # the probe example
+
+
+def test_the_renderer_follows_helms_rules_on_a_small_chart(helm_render, tmp_path):
+    """What the chart relies on, each as Helm documents it: values layering (values.yaml,
+    then -f in order, then --set; a null deletes a default), partials parsed but not
+    rendered, include/tpl/required, missing keys empty, whitespace-only files dropped,
+    documents in install order, .Files outside templates/, and .Release/.Chart/.Capabilities.
+    """
+    chart = tmp_path / "demo"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "files").mkdir()
+    (chart / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: demo\nversion: 1.2.3\nappVersion: '9'\n"
+    )
+    (chart / "values.yaml").write_text("a: {b: 1, c: 2, d: {e: 3}}\nname: x\nkeep: k\ndrop: d\n")
+    (chart / "files/raw.txt").write_text("{{ not a template }}\n")
+    (chart / "templates/_helpers.tpl").write_text('{{- define "demo.n" -}}n-{{ . }}{{- end }}\n')
+    (chart / "templates/empty.yaml").write_text("{{- if false }}\nkind: Nothing\n{{- end }}\n  \n")
+    (chart / "templates/cm.yaml").write_text(
+        "kind: ConfigMap\ndata:\n"
+        "  values: {{ toJson .Values | quote }}\n"
+        '  include: {{ include "demo.n" .Values.name }}\n'
+        '  tpl: {{ tpl "{{ .Release.Name }}-{{ .Values.keep }}" . }}\n'
+        "  missing: '{{ .Values.nope }}'\n"
+        '  raw: {{ .Files.Get "files/raw.txt" | trim | quote }}\n'
+        "  meta: {{ .Chart.Name }}-{{ .Chart.Version }}-{{ .Chart.AppVersion }}\n"
+        "  release: {{ .Release.Namespace }}/{{ .Release.Service }}/{{ .Release.IsInstall }}\n"
+        "  caps: {{ .Capabilities.KubeVersion.Minor }}"
+        '/{{ .Capabilities.APIVersions.Has "apps/v1" }}'
+        '/{{ .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}\n'
+        "  template: {{ .Template.Name }}\n"
+        "---\nkind: Namespace\n"
+    )
+    (chart / "templates/sa.yaml").write_text("kind: ServiceAccount\n")
+    first = tmp_path / "one.yaml"
+    first.write_text("a: {b: 10, d: {f: 4}}\nname: from-file\n")
+    second = tmp_path / "two.yaml"
+    second.write_text("a: {b: 20}\ndrop: null\n")
+    result = helm(
+        helm_render,
+        "-f", str(first), "-f", str(second), "--set", "a.c=30,name=from-set",
+        "--api-versions", "monitoring.coreos.com/v1", "--kube-version", "1.29.3",
+        chart=chart,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    sources = re.findall(r"^# Source: (.*)$", result.stdout, re.MULTILINE)
+    assert sources == ["demo/templates/cm.yaml", "demo/templates/sa.yaml", "demo/templates/cm.yaml"]
+    namespace, account, cm = yaml.safe_load_all(result.stdout)
+    assert (namespace["kind"], account["kind"]) == ("Namespace", "ServiceAccount")
+    data = cm["data"]
+    values = yaml.safe_load(data["values"])
+    assert values == {
+        "a": {"b": 20, "c": 30, "d": {"e": 3, "f": 4}},
+        "name": "from-set",
+        "keep": "k",
+    }
+    assert data["include"] == "n-from-set"
+    assert data["tpl"] == "ile-k"
+    assert data["missing"] == ""
+    assert data["raw"] == "{{ not a template }}"
+    assert data["meta"] == "demo-1.2.3-9"
+    assert data["release"] == "monitoring/Helm/true"
+    assert data["caps"] == "29/true/true"
+    assert data["template"] == "demo/templates/cm.yaml"
+    (chart / "templates/sa.yaml").write_text('{{ required "name the account" .Values.account }}\n')
+    result = helm(helm_render, chart=chart)
+    assert result.returncode == 1
+    assert result.stderr == (
+        "Error: execution error at (demo/templates/sa.yaml:1:3): name the account\n"
+    )
