@@ -28,6 +28,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from exporter import __version__
 from exporter.config import parse_settings
 from tests.httpservers import make_tls_files
 from tests.test_deploy import CRD_SCHEMAS, K8S_VERSIONS, check_config, manifests
@@ -254,7 +255,6 @@ def _substance(pod: dict[str, Any]) -> dict[str, Any]:
     (config,) = [v for v in pod["volumes"] if v["name"] == "config"]
     config["configMap"].pop("name")
     (c,) = pod["containers"]
-    c.pop("image")
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"].pop("scheme", "HTTP") == "HTTP"  # the default, said aloud
     # The chart says the default log level aloud too.
@@ -277,6 +277,15 @@ def test_default_daemonset_is_the_kubernetes_manifest_in_substance(rendered):
     assert {**default, "runtimeClassName": "nvidia"}["containers"] == chart["containers"]
     ds = by_kind(rendered["default"])["DaemonSet"]
     assert ds["spec"]["updateStrategy"] == manifests()["DaemonSet"]["spec"]["updateStrategy"]
+
+
+def test_the_chart_ships_this_version_of_the_exporter(rendered):
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["appVersion"] == __version__  # pyproject's version (exporter.__version__)
+    assert container(rendered["default"])["image"] == f"inference-lifecycle-exporter:{__version__}"
+    labels = by_kind(rendered["default"])["DaemonSet"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/version"] == __version__
 
 
 def test_daemonset_selects_its_pods_and_the_service_selects_them_too(rendered):
