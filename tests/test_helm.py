@@ -214,6 +214,19 @@ def test_the_configmap_passes_the_exporters_check_config(rendered, variant, tmp_
     assert result.returncode == 0, f"{variant}:\n{text}\n{result.stderr}"
 
 
+def test_the_container_runs_flags_the_exporter_knows(rendered):
+    help_text = subprocess.run(
+        [sys.executable, "-m", "exporter", "run", "--help"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    for variant, docs in rendered.items():
+        args = container(docs)["args"]
+        assert args[0] == "run"
+        for flag in args[1:]:
+            assert re.fullmatch(r"--[a-z.-]+=\S+", flag), (variant, flag)
+            assert flag.split("=")[0] in help_text, (variant, flag)
+
+
 def settings(text: str) -> Any:
     return parse_settings(tomllib.loads(text), "config.toml", {"NODE_NAME": "gpu-node-7"})
 
