@@ -636,7 +636,7 @@ def _read_gpus(r: _Table) -> tuple[int | str, ...] | None:
     gpus = r.list_field("gpus")
     if gpus is None:
         return None
-    kept = tuple(g for g in gpus if _gpu_selector(g))
+    kept = tuple(g for g in gpus if isinstance(g, int | str) and _gpu_selector(g))
     if len(kept) != len(gpus):
         bad = next(g for g in gpus if not _gpu_selector(g))
         r.fail(

@@ -315,7 +315,9 @@ def _selected_gpus(
     A GPU named by index or UUID keeps all of the target's memory there; a MIG UUID keeps
     the target's memory on that slice only, counted under its parent GPU.
     """
-    whole = {g for g in gpus if isinstance(g, int)} | {s.index for s in reading.gpus if s.uuid in gpus}
+    whole = {g for g in gpus if isinstance(g, int)} | {
+        s.index for s in reading.gpus if s.uuid in gpus
+    }
     parent = {m.uuid: m.gpu_index for m in reading.migs}
     kept_gpu = {i: b for i, b in per_gpu.items() if i in whole}
     kept_mig: dict[str, int] = {}

@@ -424,7 +424,10 @@ class GpuSource:
         totals = {gpu.index: gpu.memory_total_bytes for gpu in gpus}
         slices = {mig.uuid: mig.memory_total_bytes for mig in migs}
         candidates = [
-            (GpuProcess(int(gpu_index), int(pid), _optional_int(used)), totals.get(int(gpu_index), -1))
+            (
+                GpuProcess(int(gpu_index), int(pid), _optional_int(used)),
+                totals.get(int(gpu_index), -1),
+            )
             for gpu_index, pid, used in raw
         ] + [
             (
