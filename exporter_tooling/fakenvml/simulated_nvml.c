@@ -291,12 +291,12 @@ static nvmlReturn_t enter_mig(const char *fn, nvmlDevice_t device, const void *o
                               struct mig **mig) {
     nvmlReturn_t ret;
     if (!is_mig_handle(device) || out == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    ret = enter(fn, -1);
+    load_state(); /* to find the parent; enter() reloads it with the faults applied */
+    if ((int)device->index >= st.mig_count) return NVML_ERROR_INVALID_ARGUMENT;
+    ret = enter(fn, st.migs[device->index].gpu);
     if (ret != NVML_SUCCESS) return ret;
     if ((int)device->index >= st.mig_count) return NVML_ERROR_INVALID_ARGUMENT;
     *mig = &st.migs[device->index];
-    ret = enter(fn, (*mig)->gpu);
-    if (ret != NVML_SUCCESS) return ret;
     return st.gpus[(*mig)->gpu].lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
 }
 

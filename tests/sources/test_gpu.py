@@ -618,3 +618,22 @@ def test_a_mig_fake_with_two_slices_attributes_two_targets_to_their_own_slices(
             "total_bytes": SLICE,
         }
     ]
+
+
+@pytest.mark.integration
+def test_a_lost_mig_gpu_is_down_with_no_slices_left_and_a_refused_slice_is_skipped(
+    make_source, state
+):
+    write_state(state, [*two_slices(4242, 4343), "error nvmlDeviceGetGpuInstanceId 4 0"])
+    source = make_source()
+
+    refused = eventually(source)
+    write_state(state, [*two_slices(4242, 4343), "lost 0"])
+    lost = eventually(source)
+
+    # NO_PERMISSION on slice ids: those slices are left out, never shown with made-up ids
+    assert refused.migs == () and refused.gpus[0].up and refused.gpus[0].mig_enabled
+    # their processes still count on the whole GPU, from its aggregate listing
+    assert GpuProcess(0, 4242, 20 * GIB) in refused.processes
+    assert not lost.gpus[0].up and lost.migs == ()
+    assert [p.gpu_index for p in lost.processes] == [1]
