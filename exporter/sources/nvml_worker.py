@@ -33,7 +33,6 @@ _GPU_IS_LOST: Final = 15
 _RESET_REQUIRED: Final = 16
 _ARGUMENT_VERSION_MISMATCH: Final = 25
 _INSUFFICIENT_SIZE: Final = 7
-_NOT_FOUND: Final = 6
 _PCIE_UTIL_RX_BYTES: Final = 1
 _NOT_AVAILABLE: Final = 2**64 - 1
 #: Codes after which the GPU itself is gone, not just one field.
