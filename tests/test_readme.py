@@ -9,7 +9,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = ROOT / "tests/fixtures/metrics/two-targets-four-gpus.prom"
+#: The main golden file, and the MIG one whose MIG families the main one renders empty.
+GOLDENS = (
+    ROOT / "tests/fixtures/metrics/two-targets-four-gpus.prom",
+    ROOT / "tests/fixtures/metrics/mig-two-slices.prom",
+)
 
 
 def readme_metrics() -> dict[str, tuple[str, set[str]]]:
@@ -26,10 +30,11 @@ def readme_metrics() -> dict[str, tuple[str, set[str]]]:
 
 def rendered_metrics() -> dict[str, tuple[str, set[str]]]:
     out: dict[str, tuple[str, set[str]]] = {}
-    for fam in text_string_to_metric_families(GOLDEN.read_text()):
-        labels = {k for s in fam.samples for k in s.labels if k != "le"}
-        name = fam.name + ("_total" if fam.type == "counter" else "")
-        out[name] = (fam.type, labels)
+    for golden in GOLDENS:
+        for fam in text_string_to_metric_families(golden.read_text()):
+            labels = {k for s in fam.samples for k in s.labels if k != "le"}
+            name = fam.name + ("_total" if fam.type == "counter" else "")
+            out[name] = (fam.type, out.get(name, ("", set()))[1] | labels)
     return out
 
 
