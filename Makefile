@@ -19,7 +19,7 @@ $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml tools/install-system-packages.sh | $(BIN)/python
 	tools/install-system-packages.sh test
 	$(BIN)/python -m pip install -q -e '.[dev,journal]'
 	touch $@
@@ -31,6 +31,8 @@ lint: $(VENV)/.installed-test
 	$(BIN)/python -m ruff check exporter exporter_tooling tests
 	$(BIN)/python -m ruff format --check exporter exporter_tooling tests
 	$(BIN)/python -m mypy
+	test -z "$$(gofmt -l tools/helm-render)" || { gofmt -l tools/helm-render; exit 1; }
+	cd tools/helm-render && GO111MODULE=off GOPATH=/usr/share/gocode go vet .
 
 real-engines: $(VENV)/.installed-test
 	tools/real-engines.sh install

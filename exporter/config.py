@@ -34,6 +34,9 @@ DEFAULT_STATE_DIRECTORY: Final = "/var/lib/inference-lifecycle-exporter"
 _BARE_KEY = re.compile(r"[A-Za-z0-9_\-\[\]]+")
 _LABEL_SAFE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
+_UUID: Final = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+#: A GPU UUID, a MIG device UUID (R470+), or the MIG-GPU-<uuid>/<gi>/<ci> form of R450 drivers.
+_GPU_UUID = re.compile(rf"GPU-{_UUID}|MIG-{_UUID}|MIG-GPU-{_UUID}/\d{{1,2}}/\d{{1,2}}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # C0 and C1 controls and DEL: never meant in a URL, a path, a name or a label value.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -163,7 +166,8 @@ class Target:
     log_file: str | None = None
     journal: bool = False
     model_path: str | None = None
-    gpus: tuple[int, ...] | None = None
+    #: GPU indices, GPU UUIDs (``GPU-...``) or MIG device UUIDs (``MIG-...``); None: all.
+    gpus: tuple[int | str, ...] | None = None
     deployment: str = ""
     model: str = ""
     api_key_file: str | None = None
@@ -631,15 +635,27 @@ def _read_finders(r: _Table) -> _Finders:
     return _Finders(unit, pidfile, cmdline, container_id, log_file, journal)
 
 
-def _read_gpus(r: _Table) -> tuple[int, ...] | None:
+def _read_gpus(r: _Table) -> tuple[int | str, ...] | None:
     gpus = r.list_field("gpus")
     if gpus is None:
         return None
-    indices = tuple(g for g in gpus if isinstance(g, int) and not isinstance(g, bool) and g >= 0)
-    if len(indices) != len(gpus):
-        r.fail("gpus", "must be a list of GPU indices (integers >= 0)")
+    kept = tuple(g for g in gpus if isinstance(g, int | str) and _gpu_selector(g))
+    if len(kept) != len(gpus):
+        bad = next(g for g in gpus if not _gpu_selector(g))
+        r.fail(
+            "gpus",
+            f"{bad!r:.80} is not a GPU index (integer >= 0), GPU UUID (GPU-...) or MIG device "
+            "UUID (MIG-..., as nvidia-smi -L prints it)",
+        )
         return None
-    return indices
+    return kept
+
+
+def _gpu_selector(value: object) -> bool:
+    """An index, or a GPU/MIG UUID as nvidia-smi -L prints it."""
+    if isinstance(value, str):
+        return _GPU_UUID.fullmatch(value) is not None
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _read_api_key(r: _Table) -> tuple[str | None, str | None]:

@@ -322,7 +322,9 @@ class Daemon:
             forget_departed(w.world, w.target.name, attribution)
             target = self._advance(w, seen.observation, now, seen.gpu_memory_bytes)
             orphaned = tuple(sorted(attribution.orphaned.get(w.target.name, {}).items()))
-            target = replace(target, orphaned_gpu_memory_bytes=orphaned)
+            target = replace(
+                target, orphaned_gpu_memory_bytes=orphaned, mig_memory_bytes=seen.mig_memory_bytes
+            )
             targets.append(_with_log_backlog(target, w, r.logs, now))
             self._schedule_completion(w, now)
         statuses.append(self._history_status())
@@ -339,6 +341,7 @@ class Daemon:
             taken_at=now,
             targets=tuple(targets),
             gpus=gpu.gpus,
+            migs=gpu.migs,
             gpu_stale=gpu.stale,
             foreign_gpu_memory_bytes=tuple(sorted(attribution.foreign.items())),
             unattributed_gpu_processes=attribution.unattributed_pids,

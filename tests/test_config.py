@@ -194,6 +194,27 @@ def test_fuzzed_configs_give_settings_or_config_errors_never_a_crash(data):
 
 
 @pytest.mark.integration
+def test_check_config_accepts_gpu_indices_gpu_uuids_and_mig_uuids(tmp_path):
+    # As `nvidia-smi -L` prints them: R470+ MIG UUIDs, and the MIG-GPU-<uuid>/gi/ci of R450.
+    gpus = [
+        0,
+        "GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f",
+        "MIG-4b4c9a1e-6b0b-5e33-9c1f-3a5f0e2d7c11",
+        "MIG-GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f/7/0",
+    ]
+    config = tmp_path / "c.toml"
+    listed = ", ".join(f'"{g}"' if isinstance(g, str) else str(g) for g in gpus)
+    config.write_text(
+        f'[[target]]\nname = "a"\nbase_url = "http://127.0.0.1:1"\ngpus = [{listed}]\n'
+    )
+
+    run = check_config(config)
+
+    assert run.returncode == 0, run.stderr
+    assert load_settings(config).targets[0].gpus == tuple(gpus)
+
+
+@pytest.mark.integration
 def test_check_config_also_checks_key_files_and_the_web_config(tmp_path):
     key = tmp_path / "key"
     key.write_text("sk-secret\n")

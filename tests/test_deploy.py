@@ -207,12 +207,44 @@ _RELABEL = {
         "action": {"type": "string"},
     },
 }
+_SECRET_KEY = {
+    "type": "object",
+    "required": ["name", "key"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string"},
+        "key": {"type": "string"},
+        "optional": {"type": "boolean"},
+    },
+}
+_SECRET_OR_CONFIGMAP = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"secret": _SECRET_KEY, "configMap": _SECRET_KEY},
+}
 _ENDPOINT = {
     "type": "object",
     "required": ["port"],
     "additionalProperties": False,
     "properties": {
         "port": {"type": "string"},
+        # SafeTLSConfig and BasicAuth: what a scrape over the exporter's web config needs
+        "tlsConfig": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "ca": _SECRET_OR_CONFIGMAP,
+                "cert": _SECRET_OR_CONFIGMAP,
+                "keySecret": _SECRET_KEY,
+                "serverName": {"type": "string"},
+                "insecureSkipVerify": {"type": "boolean"},
+            },
+        },
+        "basicAuth": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"username": _SECRET_KEY, "password": _SECRET_KEY},
+        },
         "path": {"type": "string"},
         "scheme": {"enum": ["http", "https"]},
         "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
@@ -338,31 +370,42 @@ def test_daemonset_mounts_journal_read_only_and_state_on_the_host():
     assert volumes[state["name"]]["hostPath"]["path"] == DEFAULT_STATE_DIRECTORY
 
 
-def test_daemonset_config_passes_check_config(tmp_path):
-    # Outside the cluster the service account is missing: a kubeconfig stands in for it.
-    kubeconfig = tmp_path / "kubeconfig"
+def check_config(
+    text: str, directory: Path, *flags: str, node: str = "gpu-node-7"
+) -> subprocess.CompletedProcess[str]:
+    """The real ``check-config`` on a config.toml text, as the DaemonSet on ``node`` runs it.
+
+    Outside the cluster the service account is missing: a kubeconfig stands in for it.
+    """
+    kubeconfig = directory / "kubeconfig"
     kubeconfig.write_text(
         "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
         "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:1'}}]\nusers: []\n"
     )
-    text = manifests()["ConfigMap"]["data"]["config.toml"].replace(
-        "[discovery.kubernetes]\n", f'[discovery.kubernetes]\nkubeconfig = "{kubeconfig}"\n'
-    )
-    assert str(kubeconfig) in text
-    config = tmp_path / "config.toml"
+    if "[discovery.kubernetes]\n" in text:
+        text = text.replace(
+            "[discovery.kubernetes]\n", f'[discovery.kubernetes]\nkubeconfig = "{kubeconfig}"\n'
+        )
+        assert str(kubeconfig) in text
+    config = directory / "config.toml"
     config.write_text(text)
-    args = _pod()["containers"][0]["args"]
-    assert "--config.file=/etc/inference-lifecycle-exporter/config.toml" in args
-    env = {**os.environ, "NODE_NAME": "gpu-node-7"}
-    result = subprocess.run(
-        [sys.executable, "-m", "exporter", "check-config", "--config.file", str(config)],
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", "check-config", "--config.file", str(config), *flags],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env=env,
+        env={**os.environ, "NODE_NAME": node},
+        timeout=60,
         check=False,
     )
+
+
+def test_daemonset_config_passes_check_config(tmp_path):
+    args = _pod()["containers"][0]["args"]
+    assert "--config.file=/etc/inference-lifecycle-exporter/config.toml" in args
+    result = check_config(manifests()["ConfigMap"]["data"]["config.toml"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "pods of node gpu-node-7" in result.stdout
 
 
 def test_discovery_may_read_pods_of_the_node_and_nothing_else():

@@ -1,14 +1,19 @@
-"""The README stays true: its metrics table matches what the collector renders."""
+"""The README stays true: its metrics table, quick start and DaemonSet excerpt match what ships."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = ROOT / "tests/fixtures/metrics/two-targets-four-gpus.prom"
+#: The main golden file, and the MIG one whose MIG families the main one renders empty.
+GOLDENS = (
+    ROOT / "tests/fixtures/metrics/two-targets-four-gpus.prom",
+    ROOT / "tests/fixtures/metrics/mig-two-slices.prom",
+)
 
 
 def readme_metrics() -> dict[str, tuple[str, set[str]]]:
@@ -25,10 +30,11 @@ def readme_metrics() -> dict[str, tuple[str, set[str]]]:
 
 def rendered_metrics() -> dict[str, tuple[str, set[str]]]:
     out: dict[str, tuple[str, set[str]]] = {}
-    for fam in text_string_to_metric_families(GOLDEN.read_text()):
-        labels = {k for s in fam.samples for k in s.labels if k != "le"}
-        name = fam.name + ("_total" if fam.type == "counter" else "")
-        out[name] = (fam.type, labels)
+    for golden in GOLDENS:
+        for fam in text_string_to_metric_families(golden.read_text()):
+            labels = {k for s in fam.samples for k in s.labels if k != "le"}
+            name = fam.name + ("_total" if fam.type == "counter" else "")
+            out[name] = (fam.type, out.get(name, ("", set()))[1] | labels)
     return out
 
 
@@ -43,3 +49,29 @@ def test_readme_quick_start_is_the_two_make_commands_ci_runs():
     commands = [ln.split("#")[0].strip() for ln in block.group(1).splitlines() if ln.strip()]
     assert commands == ["make demo", "make test"]
     assert "make test" in (ROOT / ".ci/run").read_text()
+
+
+def _within(part: object, whole: object) -> bool:
+    """Whether every key and list item of part is in whole (list items anywhere in the list)."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(
+            k in whole and _within(v, whole[k]) for k, v in part.items()
+        )
+    if isinstance(part, list):
+        return isinstance(whole, list) and all(any(_within(p, w) for w in whole) for p in part)
+    return part == whole
+
+
+def test_readme_daemonset_excerpt_is_the_shipped_manifest():
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"In substance the DaemonSet is this.*?```yaml\n(.*?)```", text, re.DOTALL)
+    assert block
+    excerpt = yaml.safe_load(block.group(1))
+    shipped = yaml.safe_load((ROOT / "deploy/kubernetes/daemonset.yaml").read_text())
+    assert _within(excerpt, shipped)
+    pod = excerpt["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in (
+        container["env"]
+    )
+    assert not _within({"spec": {"template": {"spec": {"hostPID": False}}}}, shipped)

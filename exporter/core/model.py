@@ -233,10 +233,37 @@ class GpuSample:
     memory_utilization_ratio: float | None = None
     pcie_rx_bytes_per_second: float | None = None
     error: str | None = None
+    #: MIG mode now, and after the next GPU reset; None where the GPU cannot do MIG.
+    mig_enabled: bool | None = None
+    mig_pending: bool | None = None
     #: Who made it: "nvidia" (NVML) or "amd" (amd-smi).
     vendor: str = "nvidia"
     #: Uncorrectable ECC (RAS) errors since the driver loaded (amd-smi); None: not reported.
     ecc_uncorrectable_errors: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigSample:
+    """One MIG device (a slice of a MIG-enabled GPU) as NVML reported it in one sample.
+
+    Its own type, not a ``GpuSample``: a slice has no utilisation, PCIe or up/down of its own,
+    and everything keyed by GPU index (trails, totals, per-GPU series) stays about whole GPUs.
+
+    Attributes:
+        gpu_index: the parent GPU's index.
+        uuid: the MIG device's UUID (``MIG-...``), what ``CUDA_VISIBLE_DEVICES`` names.
+        gpu_instance_id: the GPU instance (dcgm-exporter's ``GPU_I_ID``).
+        compute_instance_id: the compute instance within it.
+        profile: the profile, e.g. ``1g.10gb`` (dcgm-exporter's ``GPU_I_PROFILE``), if known.
+    """
+
+    gpu_index: int
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +276,8 @@ class GpuProcess:
     #: The pid exists in our PID namespace (False: a process we cannot see); a fact about
     #: where we look from, not about the record, so equality ignores it.
     visible: bool = field(default=True, compare=False)
+    #: The MIG device (``MIG-...`` UUID) the process runs on; None on a whole GPU.
+    mig_uuid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +287,8 @@ class GpuReading:
     gpus: tuple[GpuSample, ...]
     processes: tuple[GpuProcess, ...] = ()
     stale: bool = False
+    #: The MIG devices of MIG-enabled GPUs.
+    migs: tuple[MigSample, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

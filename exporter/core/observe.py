@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Collection, Container, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Final, get_args, get_type_hints
@@ -87,6 +87,8 @@ class GpuAttribution:
         unattributed: GPU index -> bytes held by those pids (owner unknown, not foreign).
         orphaned: target -> GPU index -> bytes still held by processes of the target's
             previous, dead instance (workers left behind by a crash or a ``docker rm -f``).
+        per_target_mig: target -> MIG device UUID -> bytes its processes hold on that
+            slice; the same bytes are in ``per_target`` under the parent GPU's index.
     """
 
     per_target: dict[str, dict[int, int]]
@@ -94,6 +96,7 @@ class GpuAttribution:
     unattributed_pids: int
     unattributed: dict[int, int] = field(default_factory=dict)
     orphaned: dict[str, dict[int, int]] = field(default_factory=dict)
+    per_target_mig: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def attribute_gpu_memory(
@@ -128,7 +131,21 @@ def attribute_gpu_memory(
             bucket = unattributed
         if proc.used_memory_bytes is not None:
             bucket[proc.gpu_index] = bucket.get(proc.gpu_index, 0) + proc.used_memory_bytes
-    return GpuAttribution(per_target, foreign, len(hidden), unattributed, orphaned)
+    return GpuAttribution(
+        per_target, foreign, len(hidden), unattributed, orphaned, _per_target_mig(reading, owner)
+    )
+
+
+def _per_target_mig(reading: GpuReading, owner: Mapping[int, str]) -> dict[str, dict[str, int]]:
+    """Target -> MIG UUID -> bytes its processes hold on that slice."""
+    per_mig: dict[str, dict[str, int]] = {}
+    for proc in reading.processes:
+        target = owner.get(proc.pid)
+        if target is None or proc.mig_uuid is None or proc.used_memory_bytes is None:
+            continue
+        slices = per_mig.setdefault(target, {})
+        slices[proc.mig_uuid] = slices.get(proc.mig_uuid, 0) + proc.used_memory_bytes
+    return per_mig
 
 
 @dataclass
@@ -183,6 +200,8 @@ class Observed:
 
     observation: Observation
     gpu_memory_bytes: tuple[tuple[int, int], ...]
+    #: MIG UUID -> bytes, for the slices the target's processes run on.
+    mig_memory_bytes: tuple[tuple[str, int], ...] = ()
 
 
 def classify_lines(
@@ -247,7 +266,7 @@ def observe(
     gpu: GpuReading,
     attribution: GpuAttribution,
     *,
-    gpus: Container[int] | None,
+    gpus: Collection[int | str] | None,
     now: float,
 ) -> Observed:
     """One target's observation for this tick.
@@ -259,12 +278,13 @@ def observe(
         host: what the host-wide sources read.
         gpu: what NVML read (its last reading, marked stale, when it failed this tick).
         attribution: the tick's GPU memory join (``attribute_gpu_memory``).
-        gpus: the GPU indices the target is limited to, None for all.
+        gpus: the GPUs the target is limited to (indices, GPU or MIG UUIDs), None for all.
         now: the tick's time, stamped on the observation.
     """
     per_gpu = attribution.per_target.get(name, {})
+    per_mig = attribution.per_target_mig.get(name, {})
     if gpus is not None:
-        per_gpu = {i: b for i, b in per_gpu.items() if i in gpus}
+        per_gpu, per_mig = _selected_gpus(gpus, per_gpu, per_mig, gpu)
     obs = Observation(
         target=name,
         at=now,
@@ -281,7 +301,35 @@ def observe(
             process_gone=readings.process is None and readings.process_error is None,
         ),
     )
-    return Observed(obs, tuple(sorted(per_gpu.items())))
+    return Observed(obs, tuple(sorted(per_gpu.items())), tuple(sorted(per_mig.items())))
+
+
+def _selected_gpus(
+    gpus: Collection[int | str],
+    per_gpu: Mapping[int, int],
+    per_mig: Mapping[str, int],
+    reading: GpuReading,
+) -> tuple[dict[int, int], dict[str, int]]:
+    """A target's memory on the GPUs its ``gpus`` names: whole GPUs, or only MIG slices.
+
+    A GPU named by index or UUID keeps all of the target's memory there; a MIG UUID keeps
+    the target's memory on that slice only, counted under its parent GPU.
+    """
+    whole = {g for g in gpus if isinstance(g, int)} | {
+        s.index for s in reading.gpus if s.uuid in gpus
+    }
+    parent = {m.uuid: m.gpu_index for m in reading.migs}
+    kept_gpu = {i: b for i, b in per_gpu.items() if i in whole}
+    kept_mig: dict[str, int] = {}
+    for uuid, used in per_mig.items():
+        index = parent.get(uuid)
+        if index in whole:
+            kept_mig[uuid] = used
+        elif uuid in gpus:
+            kept_mig[uuid] = used
+            if index is not None:
+                kept_gpu[index] = kept_gpu.get(index, 0) + used
+    return kept_gpu, kept_mig
 
 
 def advance(world: TargetWorld, obs: Observation, now: float, th: Thresholds) -> TargetWorld:

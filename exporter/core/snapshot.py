@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exporter.core.lifecycle import ColdStart, TargetState
-from exporter.core.model import GpuSample, HostReadings, ProcessSample, SourceStatus
+from exporter.core.model import GpuSample, HostReadings, MigSample, ProcessSample, SourceStatus
 from exporter.core.trail import Trails
 
 
@@ -46,6 +46,8 @@ class TargetSnapshot:
             target's previous, dead instance: the next start will likely run short of it.
         trails: the movement of the current and the previous start, for the page's strips.
         stall_threshold_seconds: the current phase's stall threshold, if it has one.
+        mig_memory_bytes: per MIG device UUID, memory the target's processes hold on that
+            slice (also counted in ``gpu_memory_bytes`` under the parent GPU).
     """
 
     info: TargetInfo
@@ -60,6 +62,7 @@ class TargetSnapshot:
     orphaned_gpu_memory_bytes: tuple[tuple[int, int], ...] = ()
     trails: Trails = field(default_factory=Trails)
     stall_threshold_seconds: float | None = None
+    mig_memory_bytes: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,7 @@ class Snapshot:
         tick_duration_seconds: how long sampling took.
         tick_overruns: ticks since start that took longer than the interval.
         version: exporter version, for ``inference_exporter_build_info``.
+        migs: the MIG devices of MIG-enabled GPUs in the latest GPU sample.
     """
 
     taken_at: float
@@ -94,3 +98,4 @@ class Snapshot:
     tick_overruns: int = 0
     version: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    migs: tuple[MigSample, ...] = ()

@@ -43,7 +43,54 @@ class SnapshotCollector(Collector):
         yield from exporter_families(snap)
         yield from server_families(snap.targets)
         yield from gpu_families(snap)
+        yield from mig_families(snap)
         yield from host_families(snap)
+
+
+def mig_families(snap: Snapshot) -> Iterator[Metric]:
+    """MIG mode per MIG-capable GPU, and one series set per MIG device and per target on one.
+
+    Families without a series are left out, so a host with no MIG-capable GPU shows none.
+    ``gpu_i_id`` and ``gpu_i_profile`` are dcgm-exporter's ``GPU_I_ID`` and ``GPU_I_PROFILE``,
+    in this family's lower case; ``mig_uuid`` is what ``CUDA_VISIBLE_DEVICES`` names.
+    """
+    enabled = _gauge(
+        "inference_gpu_mig_enabled",
+        "1 if MIG mode is on (absent where the GPU cannot do MIG).",
+        ("gpu", "uuid"),
+    )
+    for g in snap.gpus:
+        if g.mig_enabled is not None and g.up:
+            enabled.add_metric([str(g.index), g.uuid], 1.0 if g.mig_enabled else 0.0)
+    labels = ("gpu", "uuid", "mig_uuid", "gpu_i_id")
+    info = _gauge(
+        "inference_gpu_mig_info",
+        "A MIG device of a MIG-enabled GPU; value is 1.",
+        (*labels, "compute_i_id", "gpu_i_profile"),
+    )
+    used = _gauge(
+        "inference_gpu_mig_memory_used_bytes", "MIG device memory in use" + _TICK_NOTE, labels
+    )
+    total = _gauge("inference_gpu_mig_memory_total_bytes", "MIG device memory size.", labels)
+    parents = {g.index: g.uuid for g in snap.gpus}
+    for m in snap.migs:
+        key = [str(m.gpu_index), parents.get(m.gpu_index, ""), m.uuid, str(m.gpu_instance_id)]
+        info.add_metric([*key, str(m.compute_instance_id), m.profile or ""], 1.0)
+        if m.memory_used_bytes is not None:
+            used.add_metric(key, float(m.memory_used_bytes))
+        if m.memory_total_bytes is not None:
+            total.add_metric(key, float(m.memory_total_bytes))
+    per_target = _gauge(
+        "inference_server_mig_memory_used_bytes",
+        "GPU memory held by the server's process tree, per MIG device it runs on" + _TICK_NOTE,
+        ("target", "gpu", "mig_uuid"),
+    )
+    slice_of = {m.uuid: m.gpu_index for m in snap.migs}
+    for t in snap.targets:
+        for uuid, held in t.mig_memory_bytes:
+            gpu = slice_of.get(uuid)
+            per_target.add_metric([t.info.name, "" if gpu is None else str(gpu), uuid], held)
+    yield from (f for f in (enabled, info, used, total, per_target) if f.samples)
 
 
 def host_families(snap: Snapshot) -> Iterator[Metric]:

@@ -17,7 +17,7 @@ from exporter.core.lifecycle import (
     probe_verdict,
     startup_probe_advice,
 )
-from exporter.core.model import GpuSample, LogEvent, Phase, ProbeResult
+from exporter.core.model import GpuSample, LogEvent, MigSample, Phase, ProbeResult
 from exporter.core.snapshot import Snapshot, TargetSnapshot
 from exporter.render.status_doc import (
     ColdStartDoc,
@@ -25,6 +25,8 @@ from exporter.render.status_doc import (
     GpuDoc,
     GpuMemoryDoc,
     LineDoc,
+    MigDoc,
+    MigMemoryDoc,
     ProbeDoc,
     ProcessDoc,
     SourceDoc,
@@ -49,8 +51,9 @@ def render_status(snap: Snapshot | None) -> StatusDoc:
         "version": snap.version,
         "taken_at": snap.taken_at,
         "sampled_at": snap.taken_at - snap.tick_duration_seconds,
-        "targets": [_target(t, snap.taken_at, snap.gpus) for t in snap.targets],
+        "targets": [_target(t, snap.taken_at, snap.gpus, snap.migs) for t in snap.targets],
         "gpus": [_gpu(g) for g in snap.gpus],
+        "migs": [_mig(m) for m in snap.migs],
         "gpu_stale": snap.gpu_stale,
         "foreign_gpu_memory_bytes": {str(i): b for i, b in snap.foreign_gpu_memory_bytes},
         "sources": [
@@ -70,6 +73,19 @@ def _gpu(g: GpuSample) -> GpuDoc:
         "memory_total_bytes": g.memory_total_bytes,
         "utilization_ratio": g.utilization_ratio,
         "error": g.error,
+        "mig_enabled": g.mig_enabled,
+    }
+
+
+def _mig(m: MigSample) -> MigDoc:
+    return {
+        "mig_uuid": m.uuid,
+        "gpu": m.gpu_index,
+        "gpu_instance_id": m.gpu_instance_id,
+        "compute_instance_id": m.compute_instance_id,
+        "profile": m.profile,
+        "memory_used_bytes": m.memory_used_bytes,
+        "memory_total_bytes": m.memory_total_bytes,
     }
 
 
@@ -78,7 +94,9 @@ def status_json(snap: Snapshot | None) -> bytes:
     return json.dumps(render_status(snap), separators=(",", ":")).encode()
 
 
-def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> TargetDoc:
+def _target(
+    t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...], migs: tuple[MigSample, ...] = ()
+) -> TargetDoc:
     s = t.state
     return {
         "target": t.info.name,
@@ -122,6 +140,7 @@ def _target(t: TargetSnapshot, now: float, gpus: tuple[GpuSample, ...]) -> Targe
         "previous_cold_start": _cold(_previous_start(t)),
         "typical_cold_start_seconds": t.typical_start_seconds,
         "gpu_memory": _gpu_memory(t, gpus),
+        "mig_memory": _mig_memory(t, migs),
     }
 
 
@@ -154,6 +173,25 @@ def _gpu_memory(t: TargetSnapshot, gpus: tuple[GpuSample, ...]) -> list[GpuMemor
     return [
         {"gpu": i, "used_bytes": b, "total_bytes": totals.get(i)} for i, b in t.gpu_memory_bytes
     ]
+
+
+def _mig_memory(t: TargetSnapshot, migs: tuple[MigSample, ...]) -> list[MigMemoryDoc]:
+    """Per MIG slice the target runs on: its memory there, the slice's parent, id and size."""
+    known = {m.uuid: m for m in migs}
+    docs: list[MigMemoryDoc] = []
+    for uuid, used in t.mig_memory_bytes:
+        m = known.get(uuid)
+        docs.append(
+            {
+                "mig_uuid": uuid,
+                "gpu": None if m is None else m.gpu_index,
+                "gpu_instance_id": None if m is None else m.gpu_instance_id,
+                "profile": None if m is None else m.profile,
+                "used_bytes": used,
+                "total_bytes": None if m is None else m.memory_total_bytes,
+            }
+        )
+    return docs
 
 
 def _phases(s: TargetState) -> dict[str, float]:

@@ -125,6 +125,29 @@ class GpuMemoryDoc(TypedDict):
     total_bytes: int | None
 
 
+class MigMemoryDoc(TypedDict):
+    """A target's memory on one MIG device (slice), and that slice's size."""
+
+    mig_uuid: str
+    gpu: int | None
+    gpu_instance_id: int | None
+    profile: str | None
+    used_bytes: int
+    total_bytes: int | None
+
+
+class MigDoc(TypedDict):
+    """One MIG device of a MIG-enabled GPU."""
+
+    mig_uuid: str
+    gpu: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+
+
 class TargetDoc(TypedDict):
     """One watched server."""
 
@@ -174,6 +197,8 @@ class TargetDoc(TypedDict):
     previous_cold_start: ColdStartDoc | None
     typical_cold_start_seconds: float | None
     gpu_memory: list[GpuMemoryDoc]
+    #: The MIG slices the target's processes run on (empty off MIG).
+    mig_memory: list[MigMemoryDoc]
 
 
 class GpuDoc(TypedDict):
@@ -187,6 +212,8 @@ class GpuDoc(TypedDict):
     memory_total_bytes: int | None
     utilization_ratio: float | None
     error: str | None
+    #: MIG mode is on; None where the GPU cannot do MIG.
+    mig_enabled: bool | None
 
 
 class SourceDoc(TypedDict):
@@ -211,6 +238,7 @@ class StatusDoc(TypedDict):
     sampled_at: NotRequired[float]
     gpu_stale: NotRequired[bool]
     foreign_gpu_memory_bytes: NotRequired[dict[str, int]]
+    migs: NotRequired[list[MigDoc]]
 
 
 class MalformedStatus(ValueError):

@@ -19,13 +19,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final, NoReturn, cast
 
-from exporter.core.model import GpuProcess, GpuReading, GpuSample
+from exporter.core.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.errors import SourceError
 from exporter.sources import Scope
 from exporter.sources.nvml_protocol import (
     REQUEST,
     GpuRecord,
     Hello,
+    MigProcessRecord,
+    MigRecord,
     ProcessRecord,
     Reply,
     decode_object,
@@ -189,6 +191,28 @@ def _gpu_sample(raw: GpuRecord) -> GpuSample:
         memory_utilization_ratio=_ratio(raw.get("mem_util")),
         pcie_rx_bytes_per_second=None if rx_kb is None else float(int(rx_kb) * _KIB),
         error=None if error is None else str(error),
+    )
+
+
+def _with_mig_mode(sample: GpuSample, raw: GpuRecord) -> GpuSample:
+    """The GPU's MIG mode now and after a reset, where the GPU can do MIG at all."""
+    if "mig_mode" not in raw:
+        return sample
+    current = bool(raw["mig_mode"])
+    return replace(sample, mig_enabled=current, mig_pending=bool(raw.get("mig_pending", current)))
+
+
+def _mig_sample(raw: MigRecord) -> MigSample:
+    """Convert one MIG device of a child's reply."""
+    profile = raw.get("profile")
+    return MigSample(
+        gpu_index=int(raw["gpu"]),
+        uuid=str(raw["uuid"]),
+        gpu_instance_id=int(raw["gi"]),
+        compute_instance_id=int(raw["ci"]),
+        profile=None if profile is None else str(profile),
+        memory_used_bytes=_optional_int(raw.get("used")),
+        memory_total_bytes=_optional_int(raw.get("total")),
     )
 
 
@@ -375,8 +399,11 @@ class GpuSource:
             reason = self.code_reasons.get(int(code), NvmlReason.NVML_ERROR)
             self._fail(reason, f"nvmlDeviceGetCount code={code}")
         try:
-            gpus = tuple(_gpu_sample(raw) for raw in reply["gpus"])
-            processes = _with_visibility(self._checked_processes(reply["procs"], gpus))
+            gpus = tuple(_with_mig_mode(_gpu_sample(raw), raw) for raw in reply["gpus"])
+            migs = tuple(_mig_sample(raw) for raw in reply.get("migs", []))
+            processes = _with_visibility(
+                self._checked_processes(reply["procs"], gpus, reply.get("mig_procs", []), migs)
+            )
         except (KeyError, TypeError, ValueError):
             self._fail(NvmlReason.PROTOCOL, "malformed reply from the NVML child")
         self._note_process_api(reply.get("process_api"))
@@ -385,19 +412,38 @@ class GpuSource:
             log.info("%s up gpus=%d after=%s", self.name, len(gpus), self._failure or "start")
         self._failure = None
         self._backoff = self._backoff_initial
-        self.last_reading = GpuReading(gpus, processes)
+        self.last_reading = GpuReading(gpus, processes, migs=migs)
         return self.last_reading
 
     def _checked_processes(
-        self, raw: list[ProcessRecord], gpus: tuple[GpuSample, ...]
+        self,
+        raw: list[ProcessRecord],
+        gpus: tuple[GpuSample, ...],
+        mig_raw: list[MigProcessRecord] | None = None,
+        migs: tuple[MigSample, ...] = (),
     ) -> tuple[GpuProcess, ...]:
-        """Drop records no kernel or GPU could produce (binding/driver struct mismatch)."""
+        """Drop records no kernel or GPU could produce (binding/driver struct mismatch).
+
+        A process on a MIG device is checked against that slice's memory, not the GPU's.
+        """
         totals = {gpu.index: gpu.memory_total_bytes for gpu in gpus}
+        slices = {mig.uuid: mig.memory_total_bytes for mig in migs}
+        candidates = [
+            (
+                GpuProcess(int(gpu_index), int(pid), _optional_int(used)),
+                totals.get(int(gpu_index), -1),
+            )
+            for gpu_index, pid, used in raw
+        ] + [
+            (
+                GpuProcess(int(gpu_index), int(pid), _optional_int(used), mig_uuid=str(uuid)),
+                slices.get(str(uuid), -1),
+            )
+            for gpu_index, uuid, pid, used in mig_raw or []
+        ]
         kept: list[GpuProcess] = []
         rejected = 0
-        for gpu_index, pid, used in raw:
-            proc = GpuProcess(int(gpu_index), int(pid), _optional_int(used))
-            total = totals.get(proc.gpu_index, -1)
+        for proc, total in candidates:
             fits = (
                 proc.used_memory_bytes is None or total is None or proc.used_memory_bytes <= total
             )

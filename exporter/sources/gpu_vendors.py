@@ -91,15 +91,20 @@ def vendor_sources(
 def merge_readings(readings: Sequence[GpuReading]) -> GpuReading:
     """One reading from each vendor's, in ``vendor_sources`` order, indices made disjoint.
 
-    Each vendor's indices move up by the GPU count of the vendors before it; stale if any is.
+    Each vendor's indices (of GPUs, processes and MIG devices' parents) move up by the GPU
+    count of the vendors before it; stale if any is.
     """
     if len(readings) == 1:
         return readings[0]
-    gpus, processes, offset = [], [], 0
+    gpus, processes, migs, offset = [], [], [], 0
     for reading in readings:
         gpus += [replace(g, index=g.index + offset) for g in reading.gpus]
         processes += [replace(p, gpu_index=p.gpu_index + offset) for p in reading.processes]
+        migs += [replace(m, gpu_index=m.gpu_index + offset) for m in reading.migs]
         offset += len(reading.gpus)
     return GpuReading(
-        tuple(gpus), tuple(processes), stale=any(reading.stale for reading in readings)
+        tuple(gpus),
+        tuple(processes),
+        stale=any(reading.stale for reading in readings),
+        migs=tuple(migs),
     )

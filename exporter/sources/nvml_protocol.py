@@ -43,11 +43,31 @@ class GpuRecord(TypedDict, total=False):
     mem_util: int
     pcie_rx_kb: int | None
     error: str
+    #: MIG mode now and after a reset (0/1); absent where the GPU cannot do MIG.
+    mig_mode: int
+    mig_pending: int
 
 
 #: One compute process: gpu index, pid, used bytes (None: not available). It crosses the
 #: pipe as a JSON array, so the parent unpacks a list: read it only by unpacking.
 ProcessRecord = tuple[int, int, int | None]
+
+
+class MigRecord(TypedDict, total=False):
+    """One MIG device of a MIG-enabled GPU; memory absent when its call failed."""
+
+    gpu: Required[int]
+    uuid: Required[str]
+    gi: Required[int]
+    ci: Required[int]
+    profile: str
+    used: int
+    total: int
+
+
+#: A compute process on a MIG device: parent gpu index, MIG UUID, pid, used bytes (None: not
+#: available). A JSON array like ``ProcessRecord``; the pid is listed here, not in ``procs``.
+MigProcessRecord = tuple[int, str, int, int | None]
 
 
 class Reply(TypedDict, total=False):
@@ -57,6 +77,8 @@ class Reply(TypedDict, total=False):
     procs: list[ProcessRecord]
     process_api: str | None
     code: int
+    migs: list[MigRecord]
+    mig_procs: list[MigProcessRecord]
 
 
 def encode(message: Hello | Reply) -> bytes:

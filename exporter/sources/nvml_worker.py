@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import BinaryIO, Final, Protocol, TypeVar
 
-from exporter.sources.nvml_protocol import REQUEST, GpuRecord, Hello, ProcessRecord, Reply, encode
+from exporter.sources.nvml_protocol import (
+    REQUEST,
+    GpuRecord,
+    Hello,
+    MigProcessRecord,
+    MigRecord,
+    ProcessRecord,
+    Reply,
+    encode,
+)
 
 # NVML return codes used here (nvml.h); the binding's NVMLError carries them as ``.value``.
 _NO_PERMISSION: Final = 4
@@ -64,6 +73,8 @@ class Sampler:
     pcie: bool = True
     memory_v2: bool = True
     process_api: str | None = None
+    #: False once the driver lacks the MIG calls (before R450): not asked again.
+    mig: bool = True
     count: int = -1
     devices: dict[int, _Device] = field(default_factory=dict)
     identities: dict[int, tuple[str, str]] = field(default_factory=dict)
@@ -80,9 +91,18 @@ class Sampler:
             self.identities.clear()
         gpus: list[GpuRecord] = []
         procs: list[ProcessRecord] = []
+        migs: list[MigRecord] = []
+        mig_procs: list[MigProcessRecord] = []
         for index in range(count):
             gpus.append(self._sample_gpu(index, procs))
-        return {"gpus": gpus, "procs": procs, "process_api": self.process_api}
+            self._sample_migs(gpus[-1], procs, migs, mig_procs)
+        return {
+            "gpus": gpus,
+            "procs": procs,
+            "process_api": self.process_api,
+            "migs": migs,
+            "mig_procs": mig_procs,
+        }
 
     def shutdown(self) -> None:
         """Release NVML before the child exits."""
@@ -107,6 +127,78 @@ class Sampler:
                 index, "no_permission" if exc.value == _NO_PERMISSION else "nvml_error"
             )
         return gpu
+
+    # --- MIG ----------------------------------------------------------------------------------
+
+    def _sample_migs(
+        self,
+        gpu: GpuRecord,
+        procs: list[ProcessRecord],
+        migs: list[MigRecord],
+        mig_procs: list[MigProcessRecord],
+    ) -> None:
+        """MIG mode of an up GPU and, when on, each MIG device with its memory and processes.
+
+        A process listed on a slice is taken off the whole GPU's list (a privileged caller
+        gets the aggregate there too), so its memory counts once, on its slice.
+        """
+        index = gpu["index"]
+        device = self.devices.get(index)
+        if not self.mig or not gpu["up"] or device is None:
+            return
+        try:
+            current, pending = self._call(self.nvml.nvmlDeviceGetMigMode, device.handle)
+        except (_DeviceDown, self.nvml.NVMLError) as exc:
+            # NOT_SUPPORTED: not MIG-capable; a lost GPU shows on the next sample.
+            self.mig = getattr(exc, "value", None) != _FUNCTION_NOT_FOUND
+            return
+        gpu["mig_mode"], gpu["mig_pending"] = int(current), int(pending)
+        if int(current) != 1:
+            return
+        found: list[MigRecord] = []
+        on_slices: list[MigProcessRecord] = []
+        try:
+            for handle in self._mig_handles(device.handle):
+                record = self._mig_record(index, handle)
+                if record is not None:
+                    found.append(record)
+                    on_slices += [(index, record["uuid"], p, u) for p, u in self._processes(handle)]
+        except _DeviceDown:
+            return  # lost mid-listing: the next sample shows the GPU down
+        migs += found
+        mig_procs += on_slices
+        pids = {record[2] for record in on_slices}
+        procs[:] = [p for p in procs if p[0] != index or p[1] not in pids]
+
+    def _mig_handles(self, handle: object) -> list[object]:
+        """The GPU's MIG device handles; indices without a device (NOT_FOUND) are gaps."""
+        count = self._field(self.nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
+        handles = []
+        for slot in range(int(count)):
+            mig = self._field(self.nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+            if mig is not None:
+                handles.append(mig)
+        return handles
+
+    def _mig_record(self, index: int, handle: object) -> MigRecord | None:
+        """One MIG device's identity and memory; None when its identity is refused."""
+        try:
+            record: MigRecord = {
+                "gpu": index,
+                "uuid": str(self._call(self.nvml.nvmlDeviceGetUUID, handle)),
+                "gi": int(self._call(self.nvml.nvmlDeviceGetGpuInstanceId, handle)),
+                "ci": int(self._call(self.nvml.nvmlDeviceGetComputeInstanceId, handle)),
+            }
+        except self.nvml.NVMLError:
+            return None
+        # Drivers name a slice "<GPU name> MIG <profile>", e.g. "NVIDIA A100-SXM4-40GB MIG 1g.5gb".
+        name = self._field(self.nvml.nvmlDeviceGetName, handle)
+        if name is not None and " MIG " in str(name):
+            record["profile"] = str(name).rsplit(" MIG ", 1)[1]
+        info = self._field(self.nvml.nvmlDeviceGetMemoryInfo, handle)
+        if info is not None:
+            record["used"], record["total"] = int(info.used), int(info.total)
+        return record
 
     def _down(self, index: int, error: str) -> GpuRecord:
         self.devices.pop(index, None)

@@ -10,7 +10,15 @@ from exporter_tooling.fakenvml.build import (
     SimulatedNvmlBuildError,
     build_simulated_nvml,
 )
-from exporter_tooling.fakenvml.state import STATE_ENV, gpu_line, proc_line, write_state
+from exporter_tooling.fakenvml.state import (
+    STATE_ENV,
+    gpu_line,
+    mig_line,
+    mig_mode_line,
+    mig_proc_line,
+    proc_line,
+    write_state,
+)
 
 __all__ = [
     "LIBRARY_NAME",
@@ -19,6 +27,9 @@ __all__ = [
     "SimulatedNvmlBuildError",
     "build_simulated_nvml",
     "gpu_line",
+    "mig_line",
+    "mig_mode_line",
+    "mig_proc_line",
     "proc_line",
     "write_state",
 ]

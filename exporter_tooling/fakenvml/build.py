@@ -17,6 +17,7 @@ VARIANTS: Final[dict[str, tuple[str, ...]]] = {
     "default": (),
     "no_v3": ("-DNO_V3",),
     "no_v3_v2": ("-DNO_V3", "-DNO_V2"),
+    "no_mig": ("-DNO_MIG",),
 }
 _SOURCE: Final = "simulated_nvml.c"
 
@@ -32,7 +33,8 @@ def build_simulated_nvml(out_dir: Path, *, variant: str = "default") -> Path:
 
     Args:
         out_dir: directory to hold the library; put it on the NVML child's LD_LIBRARY_PATH.
-        variant: one of ``VARIANTS`` ("no_v3" lacks ..._v3, "no_v3_v2" also lacks ..._v2).
+        variant: one of ``VARIANTS`` ("no_v3" lacks ..._v3, "no_v3_v2" also lacks ..._v2,
+            "no_mig" lacks every MIG call).
 
     Raises:
         ValueError: unknown variant.

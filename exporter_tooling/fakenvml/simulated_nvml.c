@@ -23,10 +23,15 @@
  *   crash <function>                that function raises SIGSEGV (seen in the field: nvitop#139)
  *   stride32                        process records use the 32-byte v3 layout of R535 drivers,
  *                                   which the binding reads with a 24-byte stride (nvitop#79)
+ *   mig_mode <index> <current> <pending>   MIG mode (0/1); no line: NOT_SUPPORTED (not MIG-capable)
+ *   mig <index> <uuid> <gpu_instance> <compute_instance> <memory_total_bytes> <memory_used_bytes>
+ *       <profile>                   one MIG device of GPU <index>, in MIG index order
+ *   mig_proc <mig_uuid> <pid> <used_memory_bytes>   a process on that MIG device; the full
+ *                                   GPU's listing includes it too, as real drivers do for root
  *
  * A missing symbol cannot be toggled at run time: build with -DNO_V3 (and -DNO_V2) for drivers
- * without nvmlDeviceGetComputeRunningProcesses_v3 (_v2). exporter_tooling/fakenvml/build.py
- * builds the variants.
+ * without nvmlDeviceGetComputeRunningProcesses_v3 (_v2), -DNO_MIG for drivers before R450 (no
+ * MIG calls at all). exporter_tooling/fakenvml/build.py builds the variants.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -40,6 +45,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_GPU_IS_LOST 15
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
@@ -48,6 +54,8 @@ typedef int nvmlReturn_t;
 #define MAX_PROCS 512
 #define MAX_FAULTS 32
 #define FN_LEN 64
+#define MAX_MIGS 64
+#define MAX_MIGS_PER_GPU 7 /* what nvmlDeviceGetMaxMigDeviceCount says on A100/H100 */
 
 typedef struct nvmlDevice_st {
     unsigned int index;
@@ -106,16 +114,30 @@ struct fault {
     nvmlReturn_t code;
 };
 
+/* A MIG device: its parent GPU, ids and memory; "procs" with gpu = its slot in "migs". */
+struct mig {
+    int gpu;
+    char uuid[96], profile[64];
+    unsigned int gpu_instance, compute_instance;
+    unsigned long long total, used;
+};
+
 struct state {
     int gpu_count, proc_count, init_error, stride32;
     int error_count, hang_count, crash_count;
     struct gpu gpus[MAX_GPUS];
     struct proc procs[MAX_PROCS];
     struct fault error[MAX_FAULTS], hang[MAX_FAULTS], crash[MAX_FAULTS];
+    /* MIG: mode per GPU (-1: not MIG-capable), devices, and the processes on them */
+    int mig_current[MAX_GPUS], mig_pending[MAX_GPUS], mig_count, mig_proc_count;
+    struct mig migs[MAX_MIGS];
+    struct proc mig_procs[MAX_PROCS];
 };
 
 static struct state st;
 static struct nvmlDevice_st handles[MAX_GPUS];
+/* MIG handles are distinct from full-GPU handles; index = slot in st.migs */
+static struct nvmlDevice_st mig_handles[MAX_MIGS];
 static int initialized;
 
 static int valid_index(long index) { return index >= 0 && index < MAX_GPUS; }
@@ -145,6 +167,34 @@ static void parse_gpu(const char *line) {
     if (index + 1 > st.gpu_count) st.gpu_count = (int)index + 1;
 }
 
+/* MIG lines; returns 1 when the line was one. */
+static int parse_mig_line(const char *line) {
+    long index;
+    int current, pending;
+    char uuid[96];
+    struct mig m;
+    struct proc p;
+    memset(&m, 0, sizeof m);
+    if (sscanf(line, "mig_mode %ld %d %d", &index, &current, &pending) == 3) {
+        if (valid_index(index)) st.mig_current[index] = current, st.mig_pending[index] = pending;
+    } else if (sscanf(line, "mig_proc %95s %u %llu", uuid, &p.pid, &p.used) == 3) {
+        for (int i = 0; i < st.mig_count; i++)
+            if (strcmp(st.migs[i].uuid, uuid) == 0 && st.mig_proc_count < MAX_PROCS) {
+                p.gpu = (unsigned int)i;
+                st.mig_procs[st.mig_proc_count++] = p;
+            }
+    } else if (sscanf(line, "mig %ld %95s %u %u %llu %llu %63s", &index, m.uuid, &m.gpu_instance,
+                      &m.compute_instance, &m.total, &m.used, m.profile) == 7) {
+        if (valid_index(index) && st.mig_count < MAX_MIGS) {
+            m.gpu = (int)index;
+            st.migs[st.mig_count++] = m;
+        }
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 static void parse_line(const char *line) {
     char fn[FN_LEN];
     long index = -1;
@@ -152,7 +202,8 @@ static void parse_line(const char *line) {
     unsigned long long value;
     double seconds;
     struct proc p;
-    if (strncmp(line, "gpu ", 4) == 0) {
+    if (strncmp(line, "mig", 3) == 0 && parse_mig_line(line)) {
+    } else if (strncmp(line, "gpu ", 4) == 0) {
         parse_gpu(line);
     } else if (sscanf(line, "proc %u %u %llu", &p.gpu, &p.pid, &p.used) == 3) {
         if (st.proc_count < MAX_PROCS) st.procs[st.proc_count++] = p;
@@ -183,6 +234,7 @@ static void load_state(void) {
     char line[512];
     FILE *f;
     memset(&st, 0, sizeof st);
+    for (int i = 0; i < MAX_GPUS; i++) st.mig_current[i] = st.mig_pending[i] = -1;
     if (path == NULL || (f = fopen(path, "r")) == NULL) return;
     while (fgets(line, sizeof line, f) != NULL) parse_line(line);
     fclose(f);
@@ -228,6 +280,24 @@ static nvmlReturn_t enter_device(const char *fn, nvmlDevice_t device, const void
     if ((int)device->index >= st.gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
     *gpu = &st.gpus[device->index];
     return (*gpu)->lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+}
+
+static int is_mig_handle(nvmlDevice_t device) {
+    return device >= mig_handles && device < mig_handles + MAX_MIGS;
+}
+
+/* Entry of a call on a MIG handle: faults and "lost" are those of its parent GPU. */
+static nvmlReturn_t enter_mig(const char *fn, nvmlDevice_t device, const void *out,
+                              struct mig **mig) {
+    nvmlReturn_t ret;
+    if (!is_mig_handle(device) || out == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    load_state(); /* to find the parent; enter() reloads it with the faults applied */
+    if ((int)device->index >= st.mig_count) return NVML_ERROR_INVALID_ARGUMENT;
+    ret = enter(fn, st.migs[device->index].gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    if ((int)device->index >= st.mig_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *mig = &st.migs[device->index];
+    return st.gpus[(*mig)->gpu].lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
 }
 
 static nvmlReturn_t copy_string(const char *value, char *out, unsigned int length) {
@@ -299,15 +369,22 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device
     return nvmlDeviceGetHandleByIndex_v2(index, device);
 }
 
+static nvmlReturn_t mig_uuid(nvmlDevice_t device, char *uuid, unsigned int length);
+static nvmlReturn_t mig_name(nvmlDevice_t device, char *name, unsigned int length);
+
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
     struct gpu *gpu;
-    nvmlReturn_t ret = enter_device("nvmlDeviceGetUUID", device, uuid, &gpu);
+    nvmlReturn_t ret;
+    if (is_mig_handle(device)) return mig_uuid(device, uuid, length);
+    ret = enter_device("nvmlDeviceGetUUID", device, uuid, &gpu);
     return ret != NVML_SUCCESS ? ret : copy_string(gpu->uuid, uuid, length);
 }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
     struct gpu *gpu;
-    nvmlReturn_t ret = enter_device("nvmlDeviceGetName", device, name, &gpu);
+    nvmlReturn_t ret;
+    if (is_mig_handle(device)) return mig_name(device, name, length);
+    ret = enter_device("nvmlDeviceGetName", device, name, &gpu);
     return ret != NVML_SUCCESS ? ret : copy_string(gpu->name, name, length);
 }
 
@@ -317,9 +394,16 @@ static unsigned long long free_bytes(const struct gpu *gpu) {
 }
 
 /* v1 has no "reserved": like real drivers, its "used" includes the reserved memory. */
+static nvmlReturn_t mig_memory(const char *fn, nvmlDevice_t device, unsigned long long *total,
+                               unsigned long long *free, unsigned long long *used);
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     struct gpu *gpu;
-    nvmlReturn_t ret = enter_device("nvmlDeviceGetMemoryInfo", device, memory, &gpu);
+    nvmlReturn_t ret;
+    if (is_mig_handle(device) && memory != NULL)
+        return mig_memory("nvmlDeviceGetMemoryInfo", device, &memory->total, &memory->free,
+                          &memory->used);
+    ret = enter_device("nvmlDeviceGetMemoryInfo", device, memory, &gpu);
     if (ret != NVML_SUCCESS) return ret;
     memory->total = gpu->total;
     memory->free = free_bytes(gpu);
@@ -329,7 +413,14 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
     struct gpu *gpu;
-    nvmlReturn_t ret = enter_device("nvmlDeviceGetMemoryInfo_v2", device, memory, &gpu);
+    nvmlReturn_t ret;
+    if (is_mig_handle(device) && memory != NULL) {
+        if (memory->version != NVML_MEMORY_V2_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        memory->reserved = 0;
+        return mig_memory("nvmlDeviceGetMemoryInfo_v2", device, &memory->total, &memory->free,
+                          &memory->used);
+    }
+    ret = enter_device("nvmlDeviceGetMemoryInfo_v2", device, memory, &gpu);
     if (ret != NVML_SUCCESS) return ret;
     if (memory->version != NVML_MEMORY_V2_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     memory->total = gpu->total;
@@ -358,30 +449,35 @@ nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, int counter, unsig
     return NVML_SUCCESS;
 }
 
+static int mig_records(nvmlDevice_t device, int whole_gpu, nvmlProcessInfo_r535_t *out);
+
 /* The two-call protocol every version shares: ask for the count, then fill the array. */
 static nvmlReturn_t list_processes(const char *fn, nvmlDevice_t device, unsigned int *count,
                                    void *records, size_t stride) {
     struct gpu *gpu;
-    nvmlProcessInfo_r535_t record;
-    unsigned int wanted = 0, written = 0;
-    nvmlReturn_t ret = enter_device(fn, device, count, &gpu);
+    struct mig *mig;
+    static nvmlProcessInfo_r535_t found[MAX_PROCS * 2];
+    unsigned int wanted = 0;
+    nvmlReturn_t ret = is_mig_handle(device) ? enter_mig(fn, device, count, &mig)
+                                             : enter_device(fn, device, count, &gpu);
     if (ret != NVML_SUCCESS) return ret;
     if (st.stride32 && strstr(fn, "_v3") != NULL) stride = sizeof(nvmlProcessInfo_r535_t);
-    for (int i = 0; i < st.proc_count; i++) wanted += st.procs[i].gpu == device->index;
+    for (int i = 0; i < st.proc_count && !is_mig_handle(device); i++) {
+        if (st.procs[i].gpu != device->index) continue;
+        /* Every layout starts with pid then usedGpuMemory; v2+ add instance ids (none: ~0). */
+        memset(&found[wanted], 0, sizeof found[wanted]);
+        found[wanted].pid = st.procs[i].pid;
+        found[wanted].usedGpuMemory = st.procs[i].used;
+        found[wanted].gpuInstanceId = found[wanted].computeInstanceId = ~0u;
+        wanted++;
+    }
+    wanted += (unsigned int)mig_records(device, !is_mig_handle(device), found + wanted);
     if (records == NULL || *count < wanted) {
         *count = wanted;
         return wanted == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    for (int i = 0; i < st.proc_count; i++) {
-        if (st.procs[i].gpu != device->index) continue;
-        /* Every layout starts with pid then usedGpuMemory; v2+ add instance ids (none: ~0). */
-        memset(&record, 0, sizeof record);
-        record.pid = st.procs[i].pid;
-        record.usedGpuMemory = st.procs[i].used;
-        record.gpuInstanceId = record.computeInstanceId = ~0u;
-        memcpy((char *)records + stride * written++, &record, stride);
-    }
-    *count = written;
+    for (unsigned int i = 0; i < wanted; i++) memcpy((char *)records + stride * i, &found[i], stride);
+    *count = wanted;
     return NVML_SUCCESS;
 }
 
@@ -404,5 +500,126 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
                                                      nvmlProcessInfo_v2_t *infos) {
     return list_processes("nvmlDeviceGetComputeRunningProcesses_v3", device, count, infos,
                           sizeof(nvmlProcessInfo_v2_t));
+}
+#endif
+
+/* ---- MIG: modes, MIG device handles, and what a MIG handle answers ------------------------ */
+
+/* The records of the processes on MIG devices: those of one MIG handle, or (whole_gpu) those
+ * of every MIG device of a full GPU, as the aggregate listing real drivers give root. */
+static int mig_records(nvmlDevice_t device, int whole_gpu, nvmlProcessInfo_r535_t *out) {
+    int n = 0;
+    for (int i = 0; i < st.mig_proc_count; i++) {
+        const struct mig *m = &st.migs[st.mig_procs[i].gpu];
+        if (whole_gpu ? m->gpu != (int)device->index : st.mig_procs[i].gpu != device->index)
+            continue;
+        memset(&out[n], 0, sizeof out[n]);
+        out[n].pid = st.mig_procs[i].pid;
+        out[n].usedGpuMemory = st.mig_procs[i].used;
+        out[n].gpuInstanceId = m->gpu_instance;
+        out[n].computeInstanceId = m->compute_instance;
+        n++;
+    }
+    return n;
+}
+
+static nvmlReturn_t mig_uuid(nvmlDevice_t device, char *uuid, unsigned int length) {
+    struct mig *mig;
+    nvmlReturn_t ret = enter_mig("nvmlDeviceGetUUID", device, uuid, &mig);
+    return ret != NVML_SUCCESS ? ret : copy_string(mig->uuid, uuid, length);
+}
+
+/* Like real drivers: the parent's name, " MIG ", the profile (e.g. "... MIG 1g.10gb"). */
+static nvmlReturn_t mig_name(nvmlDevice_t device, char *name, unsigned int length) {
+    struct mig *mig;
+    char full[192];
+    nvmlReturn_t ret = enter_mig("nvmlDeviceGetName", device, name, &mig);
+    if (ret != NVML_SUCCESS) return ret;
+    snprintf(full, sizeof full, "%s MIG %s", st.gpus[mig->gpu].name, mig->profile);
+    return copy_string(full, name, length);
+}
+
+static nvmlReturn_t mig_memory(const char *fn, nvmlDevice_t device, unsigned long long *total,
+                               unsigned long long *free, unsigned long long *used) {
+    struct mig *mig;
+    nvmlReturn_t ret = enter_mig(fn, device, total, &mig);
+    if (ret != NVML_SUCCESS) return ret;
+    *total = mig->total;
+    *used = mig->used;
+    *free = mig->used > mig->total ? 0 : mig->total - mig->used;
+    return NVML_SUCCESS;
+}
+
+#ifndef NO_MIG
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current,
+                                  unsigned int *pending) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetMigMode", device, current, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    if (pending == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (st.mig_current[device->index] < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *current = (unsigned int)st.mig_current[device->index];
+    *pending = (unsigned int)st.mig_pending[device->index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetMaxMigDeviceCount", device, count, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    if (st.mig_current[device->index] < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *count = MAX_MIGS_PER_GPU;
+    return NVML_SUCCESS;
+}
+
+/* The index-th MIG device of the GPU; NOT_FOUND where none is (real drivers leave gaps). */
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                 nvmlDevice_t *mig) {
+    struct gpu *gpu;
+    unsigned int seen = 0;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetMigDeviceHandleByIndex", device, mig, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    if (st.mig_current[device->index] != 1) return NVML_ERROR_NOT_SUPPORTED;
+    for (int i = 0; i < st.mig_count; i++) {
+        if (st.migs[i].gpu != (int)device->index || seen++ != index) continue;
+        mig_handles[i].index = (unsigned int)i;
+        *mig = &mig_handles[i];
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *is_mig) {
+    if (device == NULL || is_mig == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *is_mig = (unsigned int)is_mig_handle(device);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t device,
+                                                          nvmlDevice_t *parent) {
+    struct mig *mig;
+    nvmlReturn_t ret = enter_mig("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", device, parent,
+                                 &mig);
+    if (ret != NVML_SUCCESS) return ret;
+    handles[mig->gpu].index = (unsigned int)mig->gpu;
+    *parent = &handles[mig->gpu];
+    return NVML_SUCCESS;
+}
+
+/* On a full-GPU handle real drivers answer INVALID_ARGUMENT: ids belong to MIG devices. */
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    struct mig *mig;
+    nvmlReturn_t ret = enter_mig("nvmlDeviceGetGpuInstanceId", device, id, &mig);
+    if (ret != NVML_SUCCESS) return ret;
+    *id = mig->gpu_instance;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
+    struct mig *mig;
+    nvmlReturn_t ret = enter_mig("nvmlDeviceGetComputeInstanceId", device, id, &mig);
+    if (ret != NVML_SUCCESS) return ret;
+    *id = mig->compute_instance;
+    return NVML_SUCCESS;
 }
 #endif

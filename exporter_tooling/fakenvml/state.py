@@ -34,6 +34,31 @@ def proc_line(index: int, pid: int, used_bytes: int) -> str:
     return f"proc {index} {pid} {used_bytes}"
 
 
+def mig_mode_line(index: int, current: bool, pending: bool | None = None) -> str:
+    """One ``mig_mode`` line: GPU ``index`` is MIG-capable, MIG on or off (pending: after reset)."""
+    return f"mig_mode {index} {int(current)} {int(current if pending is None else pending)}"
+
+
+def mig_line(
+    index: int,
+    uuid: str,
+    gpu_instance: int,
+    compute_instance: int,
+    total_bytes: int,
+    used_bytes: int,
+    profile: str = "1g.10gb",
+) -> str:
+    """One ``mig`` line: a MIG device of GPU ``index`` (listed in MIG index order)."""
+    return (
+        f"mig {index} {uuid} {gpu_instance} {compute_instance} {total_bytes} {used_bytes} {profile}"
+    )
+
+
+def mig_proc_line(mig_uuid: str, pid: int, used_bytes: int) -> str:
+    """One ``mig_proc`` line: process ``pid`` holds ``used_bytes`` on MIG device ``mig_uuid``."""
+    return f"mig_proc {mig_uuid} {pid} {used_bytes}"
+
+
 def write_state(path: Path, lines: Sequence[str]) -> None:
     """Replace the simulated NVML state file atomically (the library re-reads it every call).
 

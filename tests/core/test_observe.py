@@ -13,6 +13,7 @@ from exporter.core.model import (
     GpuSample,
     LogReading,
     MemoryPressure,
+    MigSample,
     ProcessSample,
     RawLogLine,
 )
@@ -53,6 +54,43 @@ def test_gpu_memory_is_joined_to_the_tree_filtered_and_stamped_with_the_tick():
     assert seen.observation.gpu_memory_bytes == 5 * GIB
     assert (seen.observation.at, seen.observation.disk_read_bytes) == (42.0, 7)
     assert attribution.foreign == {1: 1}
+
+
+MIG_A = "MIG-4b4c9a1e-6b0b-5e33-9c1f-3a5f0e2d7c11"
+MIG_B = "MIG-8f2d6c3a-1e4b-5a77-b0c2-9d6e4f1a2b33"
+
+
+def test_gpus_limited_by_gpu_uuid_or_mig_uuid_keep_the_whole_gpu_or_only_that_slice():
+    # the tree (pids 10, 11) holds 3 GiB on slice A and 4 GiB on slice B of GPU 0, 5 on GPU 1
+    gpu = GpuReading(
+        gpus=(GpuSample(0, "GPU-0", "A100", True), GpuSample(1, "GPU-1", "A100", True)),
+        processes=(
+            GpuProcess(0, 10, 3 * GIB, mig_uuid=MIG_A),
+            GpuProcess(0, 11, 4 * GIB, mig_uuid=MIG_B),
+            GpuProcess(1, 11, 5 * GIB),
+        ),
+        migs=(MigSample(0, MIG_A, 1, 0), MigSample(0, MIG_B, 2, 0)),
+    )
+    attribution = attribute_gpu_memory(gpu, {"vllm": PROC.pids})
+    readings, host = TargetReadings(process=PROC), host_readings({})
+
+    def seen(gpus):
+        return observe("vllm", world(), readings, host, gpu, attribution, gpus=gpus, now=1.0)
+
+    assert attribution.per_target == {"vllm": {0: 7 * GIB, 1: 5 * GIB}}
+    assert attribution.per_target_mig == {"vllm": {MIG_A: 3 * GIB, MIG_B: 4 * GIB}}
+    everything = seen(None)
+    assert everything.mig_memory_bytes == ((MIG_A, 3 * GIB), (MIG_B, 4 * GIB))
+    assert everything.observation.gpu_memory_bytes == 12 * GIB
+    one_slice = seen((MIG_B,))
+    assert (one_slice.gpu_memory_bytes, one_slice.mig_memory_bytes) == (
+        ((0, 4 * GIB),),
+        ((MIG_B, 4 * GIB),),
+    )
+    assert one_slice.observation.gpu_memory_bytes == 4 * GIB
+    whole = seen(("GPU-0",))
+    assert whole.gpu_memory_bytes == ((0, 7 * GIB),) and len(whole.mig_memory_bytes) == 2
+    assert seen((MIG_A, 1)).gpu_memory_bytes == ((0, 3 * GIB), (1, 5 * GIB))
 
 
 def test_a_new_engine_process_starts_a_new_log_story():

@@ -149,6 +149,22 @@ def verify(source: GpuSource, child_pid: int, size: int) -> tuple[bool, str]:
         time.sleep(0.5)
 
 
+def print_migs(reading: GpuReading | None, child_pid: int) -> None:
+    """MIG mode per GPU and each MIG device, with the child's memory on it (real MIG hosts)."""
+    if reading is None:
+        return
+    for gpu in reading.gpus:
+        if gpu.mig_enabled is not None:
+            print(f"gpu {gpu.index} mig_enabled={gpu.mig_enabled} mig_pending={gpu.mig_pending}")
+    held = attribute_gpu_memory(reading, {"check": [child_pid]}).per_target_mig.get("check", {})
+    for mig in reading.migs:
+        print(
+            f"mig {mig.uuid} gpu={mig.gpu_index} gi={mig.gpu_instance_id} "
+            f"ci={mig.compute_instance_id} profile={mig.profile} used={mig.memory_used_bytes} "
+            f"total={mig.memory_total_bytes} child={held.get(mig.uuid, 0)}"
+        )
+
+
 def report_timing(source: GpuSource, samples: int) -> None:
     """Print how long one sample of this host's GPUs takes through the child."""
     durations = []
@@ -202,6 +218,7 @@ def check(vendor: str, args: argparse.Namespace, work: Path) -> tuple[bool, str]
                     f"pcie_rx={gpu.pcie_rx_bytes_per_second} "
                     f"ecc_uncorrectable={gpu.ecc_uncorrectable_errors}"
                 )
+            print_migs(source.last_reading, child.pid)
             report_timing(source, args.samples)
     except SourceError as exc:
         ok, verdict = False, f"FAIL: {vendor} GPU source down reason={exc.reason} ({exc.detail})"

@@ -8,6 +8,7 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -29,6 +30,7 @@ from exporter.core.model import (
     LogClass,
     LogEvent,
     MemoryPressure,
+    MigSample,
     Observation,
     Phase,
     ProbeKind,
@@ -173,26 +175,89 @@ def render(snap, openmetrics=False):
     return (generate_openmetrics if openmetrics else generate_latest)(registry).decode()
 
 
-def test_golden_exposition(update_golden):
-    text = render(snapshot())
-    golden = GOLDEN / "two-targets-four-gpus.prom"
+MIG_A = "MIG-4b4c9a1e-6b0b-5e33-9c1f-3a5f0e2d7c11"
+MIG_B = "MIG-8f2d6c3a-1e4b-5a77-b0c2-9d6e4f1a2b33"
+
+
+def mig_snapshot() -> Snapshot:
+    """GPU 0 cut into two 3g.71gb slices, kimi on the first; GPU 1 MIG-capable but off."""
+    snap = snapshot()
+    gpus = (
+        replace(snap.gpus[0], mig_enabled=True, mig_pending=True),
+        replace(snap.gpus[1], mig_enabled=False, mig_pending=False),
+        *snap.gpus[2:],
+    )
+    migs = (
+        MigSample(0, MIG_A, 1, 0, "3g.71gb", 30 * GiB, 70 * GiB),
+        MigSample(0, MIG_B, 2, 0, "3g.71gb", None, None),  # its memory call failed
+    )
+    kimi = replace(snap.targets[0], mig_memory_bytes=((MIG_A, 30 * GiB),))
+    return replace(snap, gpus=gpus, migs=migs, targets=(kimi, *snap.targets[1:]))
+
+
+@pytest.mark.parametrize(
+    ("name", "make"), [("two-targets-four-gpus", snapshot), ("mig-two-slices", mig_snapshot)]
+)
+def test_golden_exposition(update_golden, name, make):
+    text = render(make())
+    golden = GOLDEN / f"{name}.prom"
     if update_golden:
         golden.write_text(text)
     assert text == golden.read_text(), "rerun with --update-golden and review the diff"
 
 
+def test_mig_devices_get_one_series_each_and_a_server_its_slice():
+    text = render(mig_snapshot())
+    a = f'gpu="0",gpu_i_id="1",mig_uuid="{MIG_A}",uuid="GPU-00000000"'
+    assert f"inference_gpu_mig_memory_used_bytes{{{a}}} 3.221225472e+10" in text
+    assert f"inference_gpu_mig_memory_total_bytes{{{a}}} 7.516192768e+10" in text
+    assert re.search(
+        r'inference_gpu_mig_info\{compute_i_id="0",gpu="0",gpu_i_id="2",'
+        r'gpu_i_profile="3g.71gb",mig_uuid="' + MIG_B + r'",uuid="GPU-00000000"\} 1\.0',
+        text,
+    )
+    assert f'mig_uuid="{MIG_B}"' not in text.split("inference_gpu_mig_memory_used_bytes", 1)[1]
+    assert (
+        f'inference_server_mig_memory_used_bytes{{gpu="0",mig_uuid="{MIG_A}",target="kimi"}}'
+        in text
+    )
+    assert 'inference_gpu_mig_enabled{gpu="1",uuid="GPU-00000001"} 0.0' in text
+    assert 'inference_gpu_mig_enabled{gpu="2"' not in text  # not MIG-capable: absent
+    # bounded: at most 7 slices per GPU, each named by the driver, never by a pid
+    mig_labels = {
+        k for ln in text.splitlines() if "_mig_" in ln for k in re.findall(r'[{,](\w+)="', ln)
+    }
+    assert mig_labels == {
+        "gpu",
+        "uuid",
+        "mig_uuid",
+        "gpu_i_id",
+        "compute_i_id",
+        "gpu_i_profile",
+        "target",
+    }
+    # the whole GPU's series stay as they are beside the slices
+    assert 'inference_gpu_memory_used_bytes{gpu="0",uuid="GPU-00000000"}' in text
+
+
+def test_a_host_without_mig_renders_no_mig_series():
+    text = render(snapshot())
+    assert "mig" not in text
+
+
 def test_promtool_finds_nothing_to_complain_about(tmp_path):
     promtool = shutil.which("promtool")
     assert promtool, "promtool (Debian package prometheus) must be installed; make test does it"
-    out = subprocess.run(
-        [promtool, "check", "metrics"],
-        input=render(snapshot()),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.strip() == "" and out.stderr.strip() == ""
+    for snap in (snapshot(), mig_snapshot()):
+        out = subprocess.run(
+            [promtool, "check", "metrics"],
+            input=render(snap),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.strip() == "" and out.stderr.strip() == ""
 
 
 def test_openmetrics_rendering_parses_and_ends_in_eof():

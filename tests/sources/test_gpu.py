@@ -17,11 +17,22 @@ from pathlib import Path
 
 import pytest
 
-from exporter.core.model import GpuProcess, GpuReading, GpuSample
+from exporter.config import Settings, Target
+from exporter.core.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.core.observe import attribute_gpu_memory
+from exporter.daemon import Daemon
 from exporter.errors import SourceError
+from exporter.history import History
+from exporter.render.status import render_status
 from exporter.sources.gpu import GpuSource
-from exporter_tooling.fakenvml import STATE_ENV, build_simulated_nvml, write_state
+from exporter_tooling.fakenvml import (
+    STATE_ENV,
+    build_simulated_nvml,
+    mig_line,
+    mig_mode_line,
+    mig_proc_line,
+    write_state,
+)
 from tests.gpu.check_real_gpu import first_reading as eventually
 
 GIB = 1 << 30
@@ -35,7 +46,7 @@ def nvml_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("simulated-nvml")
     return {
         variant: str(build_simulated_nvml(root / variant, variant=variant).parent)
-        for variant in ("default", "no_v3", "no_v3_v2")
+        for variant in ("default", "no_v3", "no_v3_v2", "no_mig")
     }
 
 
@@ -457,3 +468,155 @@ def test_real_gpu_check_script_passes_on_the_simulated_library():
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[-1].startswith("PASS: 1024 MiB allocated by pid ")
+
+
+MIG_A = "MIG-4b4c9a1e-6b0b-5e33-9c1f-3a5f0e2d7c11"
+MIG_B = "MIG-8f2d6c3a-1e4b-5a77-b0c2-9d6e4f1a2b33"
+SLICE = 40 * GIB
+
+
+def two_slices(pid_a: int, pid_b: int) -> list[str]:
+    """GPU 0 in MIG mode, two 3g.40gb slices with a process each; GPU 1 not MIG-capable."""
+    return [
+        gpu_line(0, used=31 * GIB),
+        gpu_line(1),
+        mig_mode_line(0, True),
+        mig_line(0, MIG_A, 1, 0, SLICE, 20 * GIB, "3g.40gb"),
+        mig_line(0, MIG_B, 2, 0, SLICE, 11 * GIB, "3g.40gb"),
+        mig_proc_line(MIG_A, pid_a, 20 * GIB),
+        mig_proc_line(MIG_B, pid_b, 11 * GIB),
+        f"proc 1 {pid_b} {GIB}",
+    ]
+
+
+@pytest.mark.integration
+def test_mig_slices_their_memory_and_processes_are_read_through_the_binding(make_source, state):
+    write_state(state, two_slices(4242, 4343))
+
+    reading = eventually(make_source())
+
+    assert reading.migs == (
+        MigSample(0, MIG_A, 1, 0, "3g.40gb", 20 * GIB, SLICE),
+        MigSample(0, MIG_B, 2, 0, "3g.40gb", 11 * GIB, SLICE),
+    )
+    # each process once, on its slice: the whole GPU's aggregate listing is not counted again
+    assert sorted(reading.processes, key=lambda p: p.pid) == [
+        GpuProcess(0, 4242, 20 * GIB, mig_uuid=MIG_A),
+        GpuProcess(1, 4343, GIB),
+        GpuProcess(0, 4343, 11 * GIB, mig_uuid=MIG_B),
+    ]
+    gpu0, gpu1 = reading.gpus
+    assert (gpu0.mig_enabled, gpu0.mig_pending) == (True, True)
+    assert (gpu0.memory_used_bytes, gpu0.memory_total_bytes) == (31 * GIB, TOTAL)
+    assert gpu1.mig_enabled is None  # NOT_SUPPORTED: a GPU that cannot do MIG
+
+
+@pytest.mark.integration
+def test_a_mig_capable_gpu_with_mig_off_or_pending_lists_no_slices(make_source, state):
+    write_state(
+        state,
+        [gpu_line(0), mig_mode_line(0, False, pending=True), "proc 0 4242 1000"],
+    )
+
+    reading = eventually(make_source())
+
+    assert (reading.gpus[0].mig_enabled, reading.gpus[0].mig_pending) == (False, True)
+    assert reading.migs == ()
+    assert reading.processes == (GpuProcess(0, 4242, 1000),)
+
+
+@pytest.mark.integration
+def test_a_driver_without_the_mig_calls_reads_every_gpu_as_before(make_source, state):
+    """An R418-era driver: no nvmlDeviceGetMigMode symbol at all (the binding says
+    FUNCTION_NOT_FOUND); the whole GPU's own listing is all there is, and nothing fails."""
+    write_state(state, two_slices(4242, 4343))
+    source = make_source("no_mig")
+
+    readings = [eventually(source) for _ in range(2)]
+
+    assert all(r.migs == () for r in readings)
+    assert all(gpu.up and gpu.mig_enabled is None for gpu in readings[-1].gpus)
+    assert sorted(readings[-1].processes, key=lambda p: (p.gpu_index, p.pid)) == [
+        GpuProcess(0, 4242, 20 * GIB),
+        GpuProcess(0, 4343, 11 * GIB),
+        GpuProcess(1, 4343, GIB),
+    ]
+    assert source.child_starts == 1  # FUNCTION_NOT_FOUND never took the child down
+
+
+@pytest.mark.integration
+def test_a_mig_fake_with_two_slices_attributes_two_targets_to_their_own_slices(
+    nvml_libs, state, sleeper, tmp_path
+):
+    """Two servers, each a real process, on two MIG slices of one GPU, through the daemon:
+    each is attributed its own slice's memory; a ``gpus = ["MIG-..."]`` limit keeps only
+    that slice. NVML is the simulated library behind the real binding (no GPU here)."""
+    pid_a, pid_b = sleeper(), sleeper()
+    write_state(state, two_slices(pid_a, pid_b))
+
+    def target(name: str, pid: int, gpus: tuple[int | str, ...] | None) -> Target:
+        pidfile = tmp_path / f"{name}.pid"
+        pidfile.write_text(f"{pid}\n")
+        return Target(
+            name=name,
+            engine="openai",
+            base_url="http://127.0.0.1:9",
+            health_path="/health",
+            probe_timeout_seconds=0.2,
+            pidfile=str(pidfile),
+            gpus=gpus,
+        )
+
+    settings = Settings(
+        targets=(target("a", pid_a, None), target("b", pid_b, (MIG_B,))),
+        interval_seconds=0.5,
+        state_directory=str(tmp_path),
+        nvml_library_dir=nvml_libs["default"],
+    )
+    daemon = Daemon(settings, history=History.open(None), gpu_env={STATE_ENV: str(state)})
+    try:
+        stop = time.monotonic() + 20
+        snap = daemon.tick()
+        while not all(t.mig_memory_bytes for t in snap.targets) and time.monotonic() < stop:
+            time.sleep(0.05)
+            snap = daemon.tick()
+    finally:
+        daemon.close()
+
+    a, b = snap.targets
+    assert a.mig_memory_bytes == ((MIG_A, 20 * GIB),)
+    assert b.mig_memory_bytes == ((MIG_B, 11 * GIB),)
+    # a's memory is its slice's, under the parent GPU; b is limited to its slice, so the
+    # GiB its process also holds on GPU 1 is not b's (as `gpus = [1]` would drop GPU 0)
+    assert (a.gpu_memory_bytes, b.gpu_memory_bytes) == (((0, 20 * GIB),), ((0, 11 * GIB),))
+    doc = render_status(snap)
+    assert [m["mig_uuid"] for m in doc["migs"]] == [MIG_A, MIG_B]
+    assert doc["targets"][1]["mig_memory"] == [
+        {
+            "mig_uuid": MIG_B,
+            "gpu": 0,
+            "gpu_instance_id": 2,
+            "profile": "3g.40gb",
+            "used_bytes": 11 * GIB,
+            "total_bytes": SLICE,
+        }
+    ]
+
+
+@pytest.mark.integration
+def test_a_lost_mig_gpu_is_down_with_no_slices_left_and_a_refused_slice_is_skipped(
+    make_source, state
+):
+    write_state(state, [*two_slices(4242, 4343), "error nvmlDeviceGetGpuInstanceId 4 0"])
+    source = make_source()
+
+    refused = eventually(source)
+    write_state(state, [*two_slices(4242, 4343), "lost 0"])
+    lost = eventually(source)
+
+    # NO_PERMISSION on slice ids: those slices are left out, never shown with made-up ids
+    assert refused.migs == () and refused.gpus[0].up and refused.gpus[0].mig_enabled
+    # their processes still count on the whole GPU, from its aggregate listing
+    assert GpuProcess(0, 4242, 20 * GIB) in refused.processes
+    assert not lost.gpus[0].up and lost.migs == ()
+    assert [p.gpu_index for p in lost.processes] == [1]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from exporter.config import Settings, load_settings
-from exporter.core.model import GpuProcess, GpuReading, GpuSample
+from exporter.core.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.core.observe import attribute_gpu_memory
 from exporter.errors import ConfigErrors, SourceError
 from exporter.sources.gpu import GpuSource
@@ -226,6 +226,7 @@ def test_amd_gpus_are_numbered_after_the_nvidia_ones_with_their_processes():
     nvidia = GpuReading(
         (GpuSample(0, "GPU-a", "H100", True), GpuSample(1, "GPU-b", "H100", True)),
         (GpuProcess(1, 10, GIB),),
+        migs=(MigSample(1, "MIG-x", 1, 0),),
     )
     amd = GpuReading(
         (GpuSample(0, "amd-0", NAME, True, vendor="amd"),), (GpuProcess(0, 20, 2 * GIB),)
@@ -239,6 +240,7 @@ def test_amd_gpus_are_numbered_after_the_nvidia_ones_with_their_processes():
         (2, "amd-0", "amd"),
     ]
     assert merged.processes == (GpuProcess(1, 10, GIB), GpuProcess(2, 20, 2 * GIB))
+    assert merged.migs == nvidia.migs  # MIG is NVIDIA's, and NVIDIA comes first
     assert merge_readings([GpuReading(()), amd]).gpus[0].index == 0
     assert merge_readings([replace_stale(nvidia), amd]).stale
 

@@ -188,8 +188,24 @@
       row.append(el("span", "", "GPU " + g.gpu), bar(ratio), el("span", "", text));
       grid.append(row);
     }
+    for (const row of migRows(t)) grid.append(row);
     box.append(grid);
     return box;
+  }
+
+  // The MIG slices the server runs on: the slice's GPU instance and profile, its memory there.
+  function migRows(t) {
+    return (t.mig_memory || []).map((m) => {
+      const row = el("div", "gpu mig");
+      row.title = m.mig_uuid;
+      const known = (v) => (v === null || v === undefined ? "?" : v);
+      const where = "GPU " + known(m.gpu) + " MIG " + known(m.gpu_instance_id);
+      const ratio = m.total_bytes ? m.used_bytes / m.total_bytes : null;
+      const size = bytes(m.used_bytes) + (m.total_bytes ? " / " + bytes(m.total_bytes) : "");
+      const text = size + (m.profile ? " " + m.profile : "");
+      row.append(el("span", "", where), bar(ratio), el("span", "", text));
+      return row;
+    });
   }
 
   function facts(t, rate) {
