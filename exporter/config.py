@@ -257,6 +257,9 @@ class Settings:
     source_path: str = ""
     nvml: bool = True
     nvml_library_dir: str | None = None
+    #: Watch AMD GPUs through amd-smi when its library is found (auto-detected).
+    amdsmi: bool = True
+    amdsmi_library_dir: str | None = None
     kubernetes: KubernetesDiscovery | None = None
     docker: DockerDiscovery | None = None
 
@@ -853,6 +856,9 @@ def parse_settings(
     nvml = ex.bool_field("nvml", True)
     nvml_library_dir = ex.optional_str("nvml_library_dir")
     ex.check("nvml_library_dir", nvml_library_dir, _check_file_path)
+    amdsmi = ex.bool_field("amdsmi", True)
+    amdsmi_library_dir = ex.optional_str("amdsmi_library_dir")
+    ex.check("amdsmi_library_dir", amdsmi_library_dir, _check_file_path)
     ex.reject_unknown()
     targets = _read_targets(path, errors, target_tables, interval)
     discovery = top.sub("discovery", discovery_table)
@@ -882,6 +888,8 @@ def parse_settings(
         source_path=path,
         nvml=nvml,
         nvml_library_dir=nvml_library_dir,
+        amdsmi=amdsmi,
+        amdsmi_library_dir=amdsmi_library_dir,
         kubernetes=kubernetes,
         docker=docker,
     )

@@ -59,7 +59,7 @@ from exporter.history import History
 from exporter.sdnotify import Notifier
 from exporter.sources import Source, SourceCall, SourceHealth, SourceResult, SourceRunner
 from exporter.sources.disk import DiskSource
-from exporter.sources.gpu import GpuSource
+from exporter.sources.gpu_vendors import merge_readings, vendor_sources
 from exporter.sources.logs import FileLogSource, LogSource, make_log_source
 from exporter.sources.pressure import MemoryPressureSource
 from exporter.sources.probe import Prober
@@ -220,11 +220,9 @@ class Daemon:
         self._on_step = on_step
         self._health = SourceHealth()
         self._errors: dict[str, int] = {}
-        self._gpu = (
-            GpuSource(library_dir=settings.nvml_library_dir, child_env=gpu_env)
-            if settings.nvml
-            else None
-        )
+        #: One supervised child per GPU vendor present (NVML, amd-smi), NVIDIA's first.
+        self._gpus: list[Source[GpuReading]] = list(vendor_sources(settings, gpu_env))
+        self._vendor_readings = [GpuReading(gpus=()) for _ in self._gpus]
         #: Host sources other than NVML; each fills the ``HostReadings`` field of its name.
         self._host_sources: list[Source[object]] = [
             DiskSource([t.model_path for t in settings.targets if t.model_path]),
@@ -369,17 +367,19 @@ class Daemon:
             w.next_completion_at += step
 
     def _tick_host_sources(self) -> list[Source[object]]:
-        return [*self._host_sources, self._gpu] if self._gpu is not None else self._host_sources
+        return [*self._host_sources, *self._gpus]
 
     def _gpu_readings(self, by_source: Mapping[int, SourceResult[object]]) -> GpuReading:
-        """This tick's GPU reading, or the last one marked stale when NVML failed."""
-        if self._gpu is None:
+        """This tick's GPU reading: each vendor's, or its last one marked stale when it failed."""
+        if not self._gpus:
             return self._gpu_reading
-        reading = by_source[id(self._gpu)].value
-        if isinstance(reading, GpuReading):
-            self._gpu_reading = reading
-        elif self._gpu_reading.gpus:
-            self._gpu_reading = replace(self._gpu_reading, stale=True)
+        for i, source in enumerate(self._gpus):
+            reading = by_source[id(source)].value
+            if isinstance(reading, GpuReading):
+                self._vendor_readings[i] = reading
+            elif self._vendor_readings[i].gpus:
+                self._vendor_readings[i] = replace(self._vendor_readings[i], stale=True)
+        self._gpu_reading = merge_readings(self._vendor_readings)
         return self._gpu_reading
 
     def _history_status(self) -> SourceStatus:

@@ -2,7 +2,8 @@
 
 Starts ``simulate`` as a real child process (real HTTP server, real weight file read from
 disk, real log file, simulated GPUs through a simulated ``libnvidia-ml.so.1`` and the same
-NVML code path as a GPU host), then runs the daemon against it until Ctrl-C.
+NVML code path as a GPU host, or with ``--gpu-vendor amd`` a simulated ``libamd_smi.so`` behind
+the real ``amdsmi`` binding), then runs the daemon against it until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,16 +18,20 @@ from pathlib import Path
 
 from exporter.cli import add_web_and_log_flags, configure_logging, serve
 from exporter.config import CompletionProbe, Settings, Target
-from exporter_tooling.fakenvml import STATE_ENV, SimulatedNvmlBuildError, build_simulated_nvml
+from exporter_tooling import fakeamdsmi, fakenvml
+from exporter_tooling.cbuild import SimulatedLibraryBuildError
 from exporter_tooling.processes import free_port, stop_process
 from exporter_tooling.simulate.gpustate import GpuLoad, render_gpu_state, write_gpu_state
 from exporter_tooling.simulate.launcher import SimulatorFiles, SimulatorSpec, simulator_argv
-from exporter_tooling.simulate.plan import Scenario, SimEngine
+from exporter_tooling.simulate.plan import GPU_NAME, Scenario, SimEngine
 
 log = logging.getLogger(__name__)
 #: The simulator's own scenarios and engines, in its order, so the two commands never differ.
 SCENARIOS = tuple(s.value for s in Scenario)
 ENGINES = tuple(e.value for e in SimEngine)
+GPU_VENDORS = ("nvidia", "amd")
+#: What ``--gpu-vendor amd`` simulates: the MI300X's name as amd-smi reports its market name.
+AMD_GPU_NAME = "AMD-Instinct-MI300X"
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -44,6 +49,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="which engine's HTTP semantics and log format to simulate",
     )
     p.add_argument("--gpus", type=int, default=2, help="simulated GPUs (default 2)")
+    p.add_argument(
+        "--gpu-vendor",
+        default="nvidia",
+        choices=GPU_VENDORS,
+        help="whose simulated GPUs: nvidia (NVML) or amd (amd-smi); default nvidia",
+    )
     p.add_argument("--weights-mb", type=int, default=640, help="weight file size (MB)")
     p.add_argument("--read-mbps", type=float, default=25.0, help="weight read rate (MB/s)")
     p.add_argument("--init-seconds", type=float, default=20.0, help="initialisation time")
@@ -53,9 +64,17 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def demo_settings(
-    files: SimulatorFiles, port: int, interval: float, engine: str, nvml_dir: str | None
+    files: SimulatorFiles,
+    port: int,
+    interval: float,
+    engine: str,
+    nvml_dir: str | None,
+    amdsmi_dir: str | None = None,
 ) -> Settings:
-    """The config the demo runs with: one target named ``demo`` watching the simulator."""
+    """The config the demo runs with: one target named ``demo`` watching the simulator.
+
+    Only the simulated vendor's library is watched: a real GPU of the host never mixes in.
+    """
     target = Target(
         name="demo",
         engine=engine,
@@ -75,6 +94,8 @@ def demo_settings(
         targets=(target,),
         nvml=nvml_dir is not None,
         nvml_library_dir=nvml_dir,
+        amdsmi=amdsmi_dir is not None,
+        amdsmi_library_dir=amdsmi_dir,
     )
 
 
@@ -89,14 +110,18 @@ def simulator_spec(args: argparse.Namespace, port: int) -> SimulatorSpec:
         start_seconds=args.start_seconds,
         init_seconds=args.init_seconds,
         gpus=args.gpus,
+        gpu_name=AMD_GPU_NAME if args.gpu_vendor == "amd" else GPU_NAME,
     )
 
 
-def _build_nvml(work: Path) -> str | None:
+def _build_gpu_library(work: Path, vendor: str) -> str | None:
+    """The directory of the simulated vendor library, or None (no GPUs) when it cannot build."""
     try:
-        return str(build_simulated_nvml(work / "nvml").parent)
-    except SimulatedNvmlBuildError as exc:
-        log.warning("simulated GPUs off: cannot build the simulated NVML library error=%s", exc)
+        if vendor == "amd":
+            return str(fakeamdsmi.build_simulated_amdsmi(work / "amdsmi").parent)
+        return str(fakenvml.build_simulated_nvml(work / "nvml").parent)
+    except SimulatedLibraryBuildError as exc:
+        log.warning("simulated GPUs off: cannot build the %s library error=%s", vendor, exc)
         return None
 
 
@@ -105,10 +130,21 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     files = SimulatorFiles(Path(tempfile.mkdtemp(prefix="inference-lifecycle-demo-"))).create()
     port = free_port()
-    nvml_dir = _build_nvml(files.directory)
-    settings = demo_settings(files, port, args.interval, args.engine, nvml_dir)
+    library_dir = _build_gpu_library(files.directory, args.gpu_vendor)
+    amd = args.gpu_vendor == "amd"
+    settings = demo_settings(
+        files,
+        port,
+        args.interval,
+        args.engine,
+        None if amd else library_dir,
+        library_dir if amd else None,
+    )
+    # The simulator writes one state file; either fake library reads its gpu/proc lines.
+    state_env = fakeamdsmi.STATE_ENV if amd else fakenvml.STATE_ENV
     # The host's GPUs exist, idle, before any engine starts (NVML enumerates them at init).
-    write_gpu_state(files.gpu_state, render_gpu_state(args.gpus, [], GpuLoad(), 0))
+    idle = render_gpu_state(args.gpus, [], GpuLoad(), 0, simulator_spec(args, port).gpu_name)
+    write_gpu_state(files.gpu_state, idle)
     engines: list[subprocess.Popen[bytes]] = []
 
     def start_engine() -> None:
@@ -132,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
             listen,
             args.web_config_file,
             stop=threading.Event(),
-            gpu_env={STATE_ENV: str(files.gpu_state)},
+            gpu_env={state_env: str(files.gpu_state)},
             on_first_tick=start_engine,
         )
     finally:

@@ -220,7 +220,7 @@ class ProbeResult:
 
 @dataclass(frozen=True, slots=True)
 class GpuSample:
-    """One GPU as NVML reported it in one sample. Unsupported fields are None, never 0."""
+    """One GPU as its vendor library reported it in one sample; unsupported fields are None."""
 
     index: int
     uuid: str
@@ -236,6 +236,10 @@ class GpuSample:
     #: MIG mode now, and after the next GPU reset; None where the GPU cannot do MIG.
     mig_enabled: bool | None = None
     mig_pending: bool | None = None
+    #: Who made it: "nvidia" (NVML) or "amd" (amd-smi).
+    vendor: str = "nvidia"
+    #: Uncorrectable ECC (RAS) errors since the driver loaded (amd-smi); None: not reported.
+    ecc_uncorrectable_errors: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -437,7 +437,11 @@ def gpu_families(snap: Snapshot) -> Iterator[Metric]:
     labels = ("gpu", "uuid")
     fams = {
         "up": _gauge("inference_gpu_up", "1 if the GPU answered NVML in the last sample.", labels),
-        "info": _gauge("inference_gpu_info", "GPU model name; value is 1.", (*labels, "name")),
+        "info": _gauge(
+            "inference_gpu_info",
+            "GPU model name and vendor (nvidia, amd); value is 1.",
+            (*labels, "name", "vendor"),
+        ),
         "memory_used_bytes": _gauge(
             "inference_gpu_memory_used_bytes", "GPU memory in use" + _TICK_NOTE, labels
         ),
@@ -463,10 +467,18 @@ def gpu_families(snap: Snapshot) -> Iterator[Metric]:
             labels,
         ),
     }
+    # Uncorrectable only: they fail starts; correctable ones would double the per-GPU cost.
+    ecc = CounterMetricFamily(
+        "inference_gpu_ecc_uncorrectable_errors",
+        "Uncorrectable GPU memory ECC (RAS) errors since the driver loaded (amd-smi).",
+        labels=list(labels),
+    )
     for g in snap.gpus:
         key = [str(g.index), g.uuid]
         fams["up"].add_metric(key, 1.0 if g.up else 0.0)
-        fams["info"].add_metric([*key, g.name], 1.0)
+        fams["info"].add_metric([*key, g.name, g.vendor], 1.0)
+        if g.ecc_uncorrectable_errors is not None and g.up:
+            ecc.add_metric(key, float(g.ecc_uncorrectable_errors))
         for attr in (
             "memory_used_bytes",
             "memory_total_bytes",
@@ -479,6 +491,7 @@ def gpu_families(snap: Snapshot) -> Iterator[Metric]:
             if value is not None and g.up:
                 fams[attr].add_metric(key, float(value))
     yield from fams.values()
+    yield ecc
     foreign = _gauge(
         "inference_gpu_foreign_memory_used_bytes",
         "GPU memory held by processes of no watched server (e.g. an engine auto-started at boot).",

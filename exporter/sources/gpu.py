@@ -229,8 +229,13 @@ class GpuSource:
         last_reading: the last good reading; marked ``stale`` once a later sample failed.
     """
 
-    name: Final = "nvml"
+    name: str = "nvml"
     scope: Final = Scope.HOST
+    #: The child's module, and how its init codes and failures read: a vendor's subclass
+    #: (``gpu_amd.AmdGpuSource``) sets its own.
+    worker_module: str = "exporter.sources.nvml_worker"
+    code_reasons: Mapping[int, NvmlReason] = _CODE_REASONS
+    hints: Mapping[NvmlReason, str] = _HINTS
 
     def __init__(
         self,
@@ -344,7 +349,7 @@ class GpuSource:
         return self._worker
 
     def _spawn(self) -> None:
-        argv = [sys.executable, "-m", "exporter.sources.nvml_worker"]
+        argv = [sys.executable, "-m", self.worker_module]
         argv += [] if self._described else ["--describe"]
         argv += [] if self._pcie else ["--no-pcie"]
         try:
@@ -370,7 +375,7 @@ class GpuSource:
             reason = (
                 NvmlReason.BINDING_MISSING
                 if code is None
-                else _CODE_REASONS.get(int(code), NvmlReason.INIT_FAILED)
+                else self.code_reasons.get(int(code), NvmlReason.INIT_FAILED)
             )
             self._fail(reason, f"nvmlInit code={code} message={hello.get('message')}")
         self._ready = True
@@ -391,7 +396,7 @@ class GpuSource:
         """Turn a reply into a reading; a failed device listing fails the source."""
         code = reply.get("code")
         if code is not None:
-            reason = _CODE_REASONS.get(int(code), NvmlReason.NVML_ERROR)
+            reason = self.code_reasons.get(int(code), NvmlReason.NVML_ERROR)
             self._fail(reason, f"nvmlDeviceGetCount code={code}")
         try:
             gpus = tuple(_with_mig_mode(_gpu_sample(raw), raw) for raw in reply["gpus"])
@@ -404,7 +409,7 @@ class GpuSource:
         self._note_process_api(reply.get("process_api"))
         self._warn_invisible(processes)
         if self._failure is not None or self.last_reading is None:
-            log.info("nvml up gpus=%d after=%s", len(gpus), self._failure or "start")
+            log.info("%s up gpus=%d after=%s", self.name, len(gpus), self._failure or "start")
         self._failure = None
         self._backoff = self._backoff_initial
         self.last_reading = GpuReading(gpus, processes, migs=migs)
@@ -460,7 +465,7 @@ class GpuSource:
     def _note_process_api(self, api: object) -> None:
         if api is not None and api != self._process_api:
             self._process_api = str(api)
-            log.info("nvml process listing api=%s", api)
+            log.info("%s process listing api=%s", self.name, api)
 
     def _warn_invisible(self, processes: tuple[GpuProcess, ...]) -> None:
         hidden = len({p.pid for p in processes if not p.visible})
@@ -484,7 +489,8 @@ class GpuSource:
         self._described = True
         wheels = hello.get("binding_wheels") or {}
         log.info(
-            "nvml binding path=%s wheels=%s driver=%s",
+            "%s binding path=%s wheels=%s driver=%s",
+            self.name,
             hello["binding_path"],
             ",".join(f"{name}=={version}" for name, version in sorted(wheels.items())) or "-",
             hello.get("driver"),
@@ -506,10 +512,11 @@ class GpuSource:
         self._retry_at = self._clock() + self._backoff
         if reason != self._failure:
             log.warning(
-                "nvml down reason=%s detail=%s hint=%s retry_in_s=%.1f",
+                "%s down reason=%s detail=%s hint=%s retry_in_s=%.1f",
+                self.name,
                 reason,
                 detail,
-                _HINTS.get(reason, "-"),
+                self.hints.get(reason, "-"),
                 self._backoff,
             )
         self._backoff = min(self._backoff * 2, self._backoff_max)

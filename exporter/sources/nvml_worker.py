@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import BinaryIO, Final, TypeVar
+from typing import BinaryIO, Final, Protocol, TypeVar
 
 from exporter.sources.nvml_protocol import (
     REQUEST,
@@ -103,6 +103,10 @@ class Sampler:
             "migs": migs,
             "mig_procs": mig_procs,
         }
+
+    def shutdown(self) -> None:
+        """Release NVML before the child exits."""
+        self.nvml.nvmlShutdown()
 
     def _sample_gpu(self, index: int, procs: list[ProcessRecord]) -> GpuRecord:
         try:
@@ -321,6 +325,36 @@ def _hello(describe: bool) -> tuple[Hello, Sampler | None]:
     return hello, Sampler(pynvml, pcie="--no-pcie" not in sys.argv)
 
 
+class ChildSampler(Protocol):
+    """What a GPU vendor's child answers requests with."""
+
+    def sample(self) -> Reply:
+        """One reply: every GPU and process, or the code that stopped the listing."""
+        ...
+
+    def shutdown(self) -> None:
+        """Release the vendor library before the child exits."""
+        ...
+
+
+def serve(replies: BinaryIO, hello: Hello, sampler: ChildSampler | None) -> int:
+    """Say hello, then answer each request until stdin closes (every GPU vendor's child).
+
+    Args:
+        replies: from ``_protocol_stream()``, taken before the vendor's binding was imported.
+        hello: the init result; without a sampler the child says it and exits.
+        sampler: answers each request.
+    """
+    _send(replies, hello)
+    if sampler is None:
+        return 0
+    for line in sys.stdin.buffer:
+        if line == REQUEST:
+            _send(replies, sampler.sample())
+    sampler.shutdown()
+    return 0
+
+
 def _protocol_stream() -> BinaryIO:
     """Keep fd 1 for replies only: stray prints from C code go to stderr instead."""
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
@@ -337,15 +371,7 @@ def main() -> int:
     # The parent ends us by closing stdin; a terminal's Ctrl-C is its business, not ours.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     replies = _protocol_stream()
-    hello, sampler = _hello("--describe" in sys.argv)
-    _send(replies, hello)
-    if sampler is None:
-        return 0
-    for line in sys.stdin.buffer:
-        if line == REQUEST:
-            _send(replies, sampler.sample())
-    sampler.nvml.nvmlShutdown()
-    return 0
+    return serve(replies, *_hello("--describe" in sys.argv))
 
 
 if __name__ == "__main__":

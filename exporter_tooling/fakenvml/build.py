@@ -5,19 +5,11 @@ Used by the tests, the demo and the benchmark on hosts without a GPU; never load
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import os
-import shutil
-import subprocess
-import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from exporter_tooling.fakenvml.state import write_atomically
-
-log = logging.getLogger(__name__)
+from exporter_tooling.cbuild import CFLAGS, SimulatedLibraryBuildError, build_library
 
 LIBRARY_NAME: Final = "libnvidia-ml.so.1"
 #: Build variants: extra compiler flags that remove symbols older drivers lack.
@@ -28,11 +20,9 @@ VARIANTS: Final[dict[str, tuple[str, ...]]] = {
     "no_mig": ("-DNO_MIG",),
 }
 _SOURCE: Final = "simulated_nvml.c"
-_CFLAGS: Final = ("-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC")
 
-
-class SimulatedNvmlBuildError(RuntimeError):
-    """The simulated NVML library could not be compiled (no compiler, or it failed)."""
+#: The compile error; one class for every simulated library (see exporter_tooling.cbuild).
+SimulatedNvmlBuildError = SimulatedLibraryBuildError
 
 
 def build_simulated_nvml(out_dir: Path, *, variant: str = "default") -> Path:
@@ -53,33 +43,5 @@ def build_simulated_nvml(out_dir: Path, *, variant: str = "default") -> Path:
     if variant not in VARIANTS:
         raise ValueError(f"unknown simulated NVML variant {variant!r}; known: {sorted(VARIANTS)}")
     source = resources.files("exporter_tooling.fakenvml").joinpath(_SOURCE).read_bytes()
-    flags = (*_CFLAGS, *VARIANTS[variant])
-    digest = hashlib.sha256(source + "\0".join(flags).encode()).hexdigest()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    library = out_dir / LIBRARY_NAME
-    stamp = out_dir / f"{LIBRARY_NAME}.sha256"
-    if library.exists() and stamp.exists() and stamp.read_text() == digest:
-        return library
-    _compile(source, flags, library)
-    write_atomically(stamp, digest.encode())
-    log.debug("built simulated nvml path=%s variant=%s", library, variant)
-    return library
-
-
-def _compile(source: bytes, flags: tuple[str, ...], library: Path) -> None:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise SimulatedNvmlBuildError("no C compiler: install gcc (Debian: apt-get install gcc)")
-    with tempfile.TemporaryDirectory(dir=library.parent) as work:
-        source_path = Path(work) / _SOURCE
-        source_path.write_bytes(source)
-        built = Path(work) / LIBRARY_NAME
-        result = subprocess.run(
-            [compiler, *flags, "-o", str(built), str(source_path)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise SimulatedNvmlBuildError(f"cc failed: {result.stderr.strip()[:2000]}")
-        os.replace(built, library)
+    flags = (*CFLAGS, *VARIANTS[variant])
+    return build_library(source, _SOURCE, out_dir / LIBRARY_NAME, flags)

@@ -37,6 +37,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=_port, required=True, help="HTTP port of the engine")
     parser.add_argument("--host", default=_DEFAULTS.host, help="address to bind (%(default)s)")
     parser.add_argument(
+        "--gpu-name",
+        default=_DEFAULTS.gpu_name,
+        help="model name of the simulated GPUs, without spaces (%(default)s)",
+    )
+    parser.add_argument(
         "--engine",
         choices=[e.value for e in SimEngine],
         default=_DEFAULTS.engine.value,
@@ -67,6 +72,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         init_seconds=args.init_seconds,
         scenario=Scenario(args.scenario),
         gpus=args.gpus,
+        gpu_name=args.gpu_name,
         flap_seconds=args.flap_seconds,
         log_file=args.log_file,
         pid_file=args.pid_file,

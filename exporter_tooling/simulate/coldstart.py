@@ -169,7 +169,7 @@ class ColdStart:
         self._ctx = self._context()
         if cfg.gpu_state_file is not None:
             self._publisher = GpuStatePublisher(
-                cfg.gpu_state_file, cfg.gpus, cfg.weights_bytes, self._gpu_now
+                cfg.gpu_state_file, cfg.gpus, cfg.weights_bytes, self._gpu_now, cfg.gpu_name
             )
             try:
                 self._publisher.start()

@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Final
 
 from exporter_tooling.fakenvml.state import gpu_line, proc_line, write_atomically
-from exporter_tooling.simulate.plan import MIB
+from exporter_tooling.simulate.plan import GPU_NAME, MIB
 
 log = logging.getLogger(__name__)
 
 GIB: Final = 1 << 30
 #: An H100 80GB HBM3 as nvidia-smi shows it: 81559 MiB total.
 GPU_TOTAL_BYTES: Final = 81559 * MIB
-GPU_NAME: Final = "NVIDIA-H100-80GB-HBM3"
 #: One byte of simulated weight file stands for 100 bytes on every GPU, so the demo's 640 MiB
 #: fill a GPU the way a 0.5-1 T parameter model fills each of its eight (DESIGN.md: ~76 GB).
 GPU_BYTES_PER_FILE_BYTE: Final = 100
@@ -70,7 +69,9 @@ def gpu_uuid(index: int) -> str:
     return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'gpu-{index}')}"
 
 
-def render_gpu_state(gpus: int, owners: Sequence[int], load: GpuLoad, weights_bytes: int) -> str:
+def render_gpu_state(
+    gpus: int, owners: Sequence[int], load: GpuLoad, weights_bytes: int, name: str = GPU_NAME
+) -> str:
     """The state file's text: one ``gpu`` line per GPU, one ``proc`` line per GPU holding memory.
 
     Args:
@@ -78,10 +79,11 @@ def render_gpu_state(gpus: int, owners: Sequence[int], load: GpuLoad, weights_by
         owners: the worker pid owning each GPU, by index; GPUs without an owner show no process.
         load: what each GPU holds.
         weights_bytes: size of the weight files.
+        name: the GPUs' model name (no spaces).
     """
     used = used_bytes(load, weights_bytes)
     lines = [
-        gpu_line(i, gpu_uuid(i), GPU_NAME, GPU_TOTAL_BYTES, used, load.util, load.mem_util)
+        gpu_line(i, gpu_uuid(i), name, GPU_TOTAL_BYTES, used, load.util, load.mem_util)
         for i in range(gpus)
     ]
     if used > 0:
@@ -102,6 +104,7 @@ class GpuStatePublisher:
         gpus: number of simulated GPUs.
         weights_bytes: size of the weight files.
         current: returns the GPU load and the owner pid of each GPU, called on every rewrite.
+        name: the GPUs' model name.
     """
 
     def __init__(
@@ -110,8 +113,10 @@ class GpuStatePublisher:
         gpus: int,
         weights_bytes: int,
         current: Callable[[], tuple[GpuLoad, Sequence[int]]],
+        name: str = GPU_NAME,
     ) -> None:
         self._path = path
+        self._name = name
         self._gpus = gpus
         self._weights = weights_bytes
         self._current = current
@@ -129,11 +134,12 @@ class GpuStatePublisher:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2)
-        write_gpu_state(self._path, render_gpu_state(self._gpus, [], GpuLoad(), self._weights))
+        idle = render_gpu_state(self._gpus, [], GpuLoad(), self._weights, self._name)
+        write_gpu_state(self._path, idle)
 
     def _publish(self) -> None:
         load, owners = self._current()
-        text = render_gpu_state(self._gpus, owners, load, self._weights)
+        text = render_gpu_state(self._gpus, owners, load, self._weights, self._name)
         if text != self._written:  # an unchanged state costs no write: a hang stays idle
             write_gpu_state(self._path, text)
             self._written = text

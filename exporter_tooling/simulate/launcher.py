@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from exporter_tooling.simulate.plan import GPU_NAME
+
 #: What the simulator prints on stdout once it is ready: ``SIMULATOR ready_at=<t> pid=<pid>``.
 READY_PREFIX: Final = "SIMULATOR ready_at="
 
@@ -59,6 +61,7 @@ class SimulatorSpec:
     start_seconds: float = 1.0
     init_seconds: float = 1.5
     gpus: int = 2
+    gpu_name: str = GPU_NAME
     extra: tuple[str, ...] = ()
 
 
@@ -73,6 +76,7 @@ def simulator_argv(spec: SimulatorSpec, files: SimulatorFiles) -> list[str]:
         "--start-seconds": spec.start_seconds,
         "--init-seconds": spec.init_seconds,
         "--gpus": spec.gpus,
+        "--gpu-name": spec.gpu_name,
         "--gpu-state-file": files.gpu_state,
         "--log-file": files.log_file,
         "--pid-file": files.pid_file,

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+#: The simulated GPUs' model name unless ``--gpu-name`` says otherwise.
+GPU_NAME: Final = "NVIDIA-H100-80GB-HBM3"
 MIB: Final = 1 << 20
 #: O_DIRECT needs offsets and lengths aligned to the logical block size; a page covers every disk.
 ALIGN: Final = 4096
@@ -124,6 +126,7 @@ class SimConfig:
     init_seconds: float = 20.0
     scenario: Scenario = Scenario.HEALTHY
     gpus: int = 1
+    gpu_name: str = GPU_NAME
     flap_seconds: float = 3.0
     log_file: Path | None = None
     pid_file: Path | None = None

@@ -1,13 +1,15 @@
 """Real-GPU check: a child allocates GPU memory; the GPU source must attribute it to that child.
 
-Run through tests/gpu/check_real_gpu.sh on a host with an NVIDIA driver. Exit 0 on PASS, 1 on
-FAIL, each with one clear last line. ``--simulate`` runs the same path on the simulated NVML
+Run through tests/gpu/check_real_gpu.sh on a host with an NVIDIA driver or AMD's ROCm (each
+vendor whose library is found is checked; ``--vendor`` picks one). Exit 0 on PASS, 1 on FAIL,
+each with one clear last line. ``--simulate`` runs the same path on both simulated libraries
 (the child then "allocates" by writing its pid into the simulated state) to check the plumbing.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes.util
 import os
 import statistics
 import subprocess
@@ -20,10 +22,12 @@ from exporter.core.model import GpuReading
 from exporter.core.observe import attribute_gpu_memory
 from exporter.errors import SourceError
 from exporter.sources.gpu import GpuSource
-from exporter_tooling.fakenvml import STATE_ENV, build_simulated_nvml, write_state
+from exporter.sources.gpu_amd import AmdGpuSource, amdsmi_library_present
+from exporter_tooling import fakeamdsmi, fakenvml
+from exporter_tooling.fakenvml import write_state
 
-# The child tries torch, then the CUDA runtime, then the driver API (libcuda ships with the
-# driver, so the last one works on any host where NVML does).
+# The child tries torch, then the CUDA runtime, then HIP (ROCm), then the CUDA driver API
+# (libcuda ships with the driver, so the last one works on any host where NVML does).
 ALLOCATE = r"""
 import ctypes, os, sys
 size = int(sys.argv[1])
@@ -40,6 +44,12 @@ def with_cudart():
         if lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(size)) == 0:
             return ptr, name
     raise OSError("no usable libcudart")
+def with_hip():
+    lib = ctypes.CDLL("libamdhip64.so")
+    ptr = ctypes.c_void_p()
+    if lib.hipMalloc(ctypes.byref(ptr), ctypes.c_size_t(size)) != 0:
+        raise OSError("hipMalloc failed")
+    return ptr, "libamdhip64.so"
 def with_driver_api():
     lib = ctypes.CDLL("libcuda.so.1")
     device, context, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
@@ -50,7 +60,7 @@ def with_driver_api():
             raise OSError("CUDA driver API call failed")
     return ptr, "libcuda.so.1"
 errors = []
-for allocate in (with_torch, with_cudart, with_driver_api):
+for allocate in (with_torch, with_cudart, with_hip, with_driver_api):
     try:
         keep, how = allocate()
         break
@@ -68,7 +78,7 @@ import os, sys
 size, state, gpus = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 with open(state + ".tmp", "w") as f:
     for i in range(gpus):
-        f.write(f"gpu {i} GPU-sim-{i} NVIDIA-Simulated {80 << 30} {size + (600 << 20)} 30 10\n")
+        f.write(f"gpu {i} GPU-sim-{i} Simulated-GPU {80 << 30} {size + (600 << 20)} 30 10\n")
         f.write(f"proc {i} {os.getpid() if i == 0 else 1} {size + (500 << 20)}\n")
 os.replace(state + ".tmp", state)
 print("ready simulated", flush=True)
@@ -90,7 +100,12 @@ def first_reading(source: GpuSource, *, within: float = 20.0) -> GpuReading:
 
 def start_allocator(size: int, state: Path | None, gpus: int) -> subprocess.Popen[str]:
     """Start the allocating child and wait until it holds the memory."""
-    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES="0")
+    env = dict(
+        os.environ,
+        CUDA_DEVICE_ORDER="PCI_BUS_ID",
+        CUDA_VISIBLE_DEVICES="0",
+        HIP_VISIBLE_DEVICES="0",
+    )
     argv = [sys.executable, "-c", ALLOCATE, str(size)]
     if state is not None:
         argv = [sys.executable, "-c", SIMULATED_ALLOCATE, str(size), str(state), str(gpus)]
@@ -125,10 +140,11 @@ def verify(source: GpuSource, child_pid: int, size: int) -> tuple[bool, str]:
         if time.monotonic() > stop:
             hint = ""
             if attribution.unattributed_pids:
-                hint = " (NVML lists pids outside our pid namespace: run in the host pid namespace)"
+                hint = " (pids outside our pid namespace are listed: run in the host pid namespace)"
             return (
                 False,
-                f"FAIL: pid {child_pid} holds {held} bytes by NVML, expected >= {size}{hint}",
+                f"FAIL: pid {child_pid} holds {held} bytes by {source.name}, "
+                f"expected >= {size}{hint}",
             )
         time.sleep(0.5)
 
@@ -161,43 +177,73 @@ def report_timing(source: GpuSource, samples: int) -> None:
     print(f"sample of {gpus} GPUs: median={median:.3f} ms over {samples} samples")
 
 
+#: Per vendor: its source, its fake library's state variable and builder (for --simulate).
+VENDORS = {
+    "nvidia": (GpuSource, fakenvml.STATE_ENV, fakenvml.build_simulated_nvml),
+    "amd": (AmdGpuSource, fakeamdsmi.STATE_ENV, fakeamdsmi.build_simulated_amdsmi),
+}
+
+
+def vendors_to_check(vendor: str | None, simulate: bool) -> list[str]:
+    """The vendor asked for; else both when simulating; else each whose library is here."""
+    if vendor is not None:
+        return [vendor]
+    if simulate:
+        return list(VENDORS)
+    found = ["nvidia"] if ctypes.util.find_library("nvidia-ml") else []
+    found += ["amd"] if amdsmi_library_present() else []
+    return found or ["nvidia"]  # neither: NVML's own failure says what is missing
+
+
+def check(vendor: str, args: argparse.Namespace, work: Path) -> tuple[bool, str]:
+    """One vendor's check: allocate, attribute, print each GPU and the sample timing."""
+    source_class, state_env, build = VENDORS[vendor]
+    state = library_dir = None
+    if args.simulate:
+        state = work / "state"
+        write_state(state, [])
+        os.environ[state_env] = str(state)
+        library_dir = str(build(work / "lib").parent)
+    try:
+        child = start_allocator(args.bytes, state, args.gpus)
+    except RuntimeError as exc:
+        return False, f"FAIL: {exc}"
+    try:
+        with source_class(library_dir=library_dir, call_timeout=5.0) as source:
+            ok, verdict = verify(source, child.pid, args.bytes)
+            for gpu in source.last_reading.gpus if source.last_reading else ():
+                print(
+                    f"{vendor} gpu {gpu.index} {gpu.name} used={gpu.memory_used_bytes} "
+                    f"total={gpu.memory_total_bytes} util={gpu.utilization_ratio} "
+                    f"pcie_rx={gpu.pcie_rx_bytes_per_second} "
+                    f"ecc_uncorrectable={gpu.ecc_uncorrectable_errors}"
+                )
+            print_migs(source.last_reading, child.pid)
+            report_timing(source, args.samples)
+    except SourceError as exc:
+        ok, verdict = False, f"FAIL: {vendor} GPU source down reason={exc.reason} ({exc.detail})"
+    finally:
+        child.communicate(input="", timeout=30)
+    return ok, verdict
+
+
 def main() -> int:
-    """Run the check; the last printed line says PASS or FAIL."""
+    """Run the check for each vendor; the last printed line says PASS or FAIL."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--bytes", type=int, default=1 << 30, help="GPU memory to allocate")
-    parser.add_argument("--simulate", action="store_true", help="use the simulated NVML")
+    parser.add_argument("--simulate", action="store_true", help="use the simulated libraries")
+    parser.add_argument("--vendor", choices=sorted(VENDORS), help="check only this vendor")
     parser.add_argument("--gpus", type=int, default=1, help="simulated GPUs (with --simulate)")
     parser.add_argument("--samples", type=int, default=200, help="samples to time")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as work:
-        state = library_dir = None
-        if args.simulate:
-            state = Path(work) / "state"
-            write_state(state, [])
-            os.environ[STATE_ENV] = str(state)
-            library_dir = str(build_simulated_nvml(Path(work) / "lib").parent)
-        try:
-            child = start_allocator(args.bytes, state, args.gpus)
-        except RuntimeError as exc:
-            print(f"FAIL: {exc}")
-            return 1
-        try:
-            with GpuSource(library_dir=library_dir, call_timeout=5.0) as source:
-                ok, verdict = verify(source, child.pid, args.bytes)
-                for gpu in source.last_reading.gpus if source.last_reading else ():
-                    print(
-                        f"gpu {gpu.index} {gpu.name} used={gpu.memory_used_bytes} "
-                        f"total={gpu.memory_total_bytes} util={gpu.utilization_ratio} "
-                        f"pcie_rx={gpu.pcie_rx_bytes_per_second}"
-                    )
-                print_migs(source.last_reading, child.pid)
-                report_timing(source, args.samples)
-        except SourceError as exc:
-            ok, verdict = False, f"FAIL: NVML source down reason={exc.reason} ({exc.detail})"
-        finally:
-            child.communicate(input="", timeout=30)
-    print(verdict)
-    return 0 if ok else 1
+    verdicts = []
+    for vendor in vendors_to_check(args.vendor, args.simulate):
+        with tempfile.TemporaryDirectory() as work:
+            verdicts.append(check(vendor, args, Path(work)))
+            print(f"{vendor}: {verdicts[-1][1]}")
+    failed = [verdict for ok, verdict in verdicts if not ok]
+    print(failed[0] if failed else verdicts[-1][1])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

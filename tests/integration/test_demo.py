@@ -104,3 +104,33 @@ def test_demo_oom_scenario_fails_and_shows_the_engine_line_in_status():
         doc = poll(url, lambda t: t["phase"] == "failed")
         assert doc["failure_reason"] == "oom"
         assert any("out of memory" in line["text"] for line in doc["notable_lines"])
+
+
+def test_demo_on_simulated_amd_gpus_shows_vram_per_gpu_and_per_target():
+    # The AMD GPUs are a simulated libamd_smi.so behind the real amdsmi binding (no AMD GPU
+    # here); the engine's workers hold VRAM through the same state file the NVML demo uses.
+    with demo("--gpu-vendor", "amd") as (url, _):
+        deadline, metrics = time.monotonic() + 60, ""
+        while time.monotonic() < deadline:
+            with contextlib.suppress(urllib.error.URLError, ConnectionError):
+                metrics = get(url + "/metrics")
+                if re.search(
+                    r'inference_server_gpu_memory_used_bytes\{gpu="1",target="demo"\} [1-9]',
+                    metrics,
+                ):
+                    break
+            time.sleep(0.1)
+        vendors = re.findall(
+            r'inference_gpu_info\{gpu="(\d)",name="([^"]+)",[^}]*vendor="(\w+)"\}', metrics
+        )
+        assert vendors == [("0", "AMD-Instinct-MI300X", "amd"), ("1", "AMD-Instinct-MI300X", "amd")]
+        per_gpu = re.findall(
+            r'inference_gpu_memory_used_bytes\{gpu="(\d)",uuid="[^"]+"\} (\S+)', metrics
+        )
+        assert len(per_gpu) == 2 and all(float(v) > 0 for _, v in per_gpu)
+        per_target = re.findall(
+            r'inference_server_gpu_memory_used_bytes\{gpu="(\d)",target="demo"\} (\S+)', metrics
+        )
+        assert [g for g, _ in per_target] == ["0", "1"] and all(float(v) > 0 for _, v in per_target)
+        assert 'inference_exporter_source_up{source="amdsmi",target=""} 1.0' in metrics
+        assert 'source="nvml"' not in metrics

@@ -127,6 +127,7 @@ def snapshot():
             memory_utilization_ratio=None if i == 2 else 0.01,
             pcie_rx_bytes_per_second=None if i == 2 else 24e9,
             error="gpu_lost" if i == 3 else None,
+            ecc_uncorrectable_errors=2 if i == 1 else None,
         )
         for i in range(4)
     )
@@ -309,6 +310,7 @@ def test_labels_are_bounded_and_secret_free():
         "namespace",
         "pod",
         "container",
+        "vendor",
     }
     assert "4242" not in text  # never a pid
     # a discovered target's place in Kubernetes is joined on, never repeated per series

@@ -287,3 +287,19 @@ def make_tree(data_file: Path) -> Iterator[Callable[..., Tree]]:
     yield make
     for tree in trees:
         tree.close()
+
+
+@pytest.fixture
+def sleeper() -> Iterator[Callable[[], int]]:
+    """Start real child processes that stand in for inference server workers (GPU tests)."""
+    children: list[subprocess.Popen[bytes]] = []
+
+    def start() -> int:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        children.append(child)
+        return child.pid
+
+    yield start
+    for child in children:
+        child.kill()
+        child.wait()

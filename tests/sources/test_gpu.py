@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -89,22 +88,6 @@ def failure(source: GpuSource, *, within: float = 20.0) -> SourceError:
                 return exc
         time.sleep(0.02)
     raise AssertionError("the source never failed")
-
-
-@pytest.fixture
-def sleeper() -> Iterator[Callable[[], int]]:
-    """Start real child processes that stand in for inference server workers."""
-    children: list[subprocess.Popen[bytes]] = []
-
-    def start() -> int:
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        children.append(child)
-        return child.pid
-
-    yield start
-    for child in children:
-        child.kill()
-        child.wait()
 
 
 def unused_pid() -> int:
