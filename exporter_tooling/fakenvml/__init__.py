@@ -10,7 +10,14 @@ from exporter_tooling.fakenvml.build import (
     SimulatedNvmlBuildError,
     build_simulated_nvml,
 )
-from exporter_tooling.fakenvml.state import STATE_ENV, gpu_line, proc_line, write_state
+from exporter_tooling.fakenvml.state import (
+    STATE_ENV,
+    gpu_line,
+    health_lines,
+    proc_line,
+    write_state,
+    xid_line,
+)
 
 __all__ = [
     "LIBRARY_NAME",
@@ -19,6 +26,8 @@ __all__ = [
     "SimulatedNvmlBuildError",
     "build_simulated_nvml",
     "gpu_line",
+    "health_lines",
     "proc_line",
     "write_state",
+    "xid_line",
 ]

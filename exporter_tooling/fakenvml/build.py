@@ -25,6 +25,7 @@ VARIANTS: Final[dict[str, tuple[str, ...]]] = {
     "default": (),
     "no_v3": ("-DNO_V3",),
     "no_v3_v2": ("-DNO_V3", "-DNO_V2"),
+    "no_events": ("-DNO_EVENTS",),
 }
 _SOURCE: Final = "simulated_nvml.c"
 _CFLAGS: Final = ("-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC")
@@ -42,7 +43,8 @@ def build_simulated_nvml(out_dir: Path, *, variant: str = "default") -> Path:
 
     Args:
         out_dir: directory to hold the library; put it on the NVML child's LD_LIBRARY_PATH.
-        variant: one of ``VARIANTS`` ("no_v3" lacks ..._v3, "no_v3_v2" also lacks ..._v2).
+        variant: one of ``VARIANTS`` ("no_v3" lacks ..._v3, "no_v3_v2" also lacks ..._v2,
+                "no_events" lacks the event API of Xid reports).
 
     Raises:
         ValueError: unknown variant.
