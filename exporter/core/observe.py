@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any, Final, get_args, get_type_hints
 
 from exporter.core.classify import LogClassifier, might_matter
+from exporter.core.gpuhealth import gpu_errors
 from exporter.core.lifecycle import TargetState, Thresholds, step
 from exporter.core.model import (
     GpuReading,
@@ -147,6 +148,9 @@ class TargetWorld:
     #: as it ended: its workers may outlive it and keep GPU memory (``attribute_gpu_memory``).
     pids: frozenset[int] = frozenset()
     previous_pids: frozenset[int] = frozenset()
+    #: The GPUs the target was last seen holding memory on: a GPU that fell off the bus
+    #: lists no processes any more, yet its events still concern the target.
+    gpu_indices: frozenset[int] = frozenset()
 
 
 def note_instance(world: TargetWorld, readings: TargetReadings) -> None:
@@ -280,8 +284,25 @@ def observe(
             readings.logs.lines,
             process_gone=readings.process is None and readings.process_error is None,
         ),
+        gpu_errors=_target_gpu_errors(world, gpu, per_gpu, gpus),
     )
     return Observed(obs, tuple(sorted(per_gpu.items())))
+
+
+def _target_gpu_errors(
+    world: TargetWorld, gpu: GpuReading, per_gpu: Mapping[int, int], gpus: Container[int] | None
+) -> tuple[str, ...]:
+    """Critical events on the GPUs the target uses, worded for people.
+
+    The GPUs used are its ``gpus`` if set, else those it holds memory on (now or last seen).
+    A stale reading is last tick's: its events were seen then.
+    """
+    if per_gpu:
+        world.gpu_indices = frozenset(per_gpu)
+    if gpu.stale:
+        return ()
+    used: Container[int] = gpus if gpus is not None else world.gpu_indices
+    return gpu_errors(gpu.gpus, used)
 
 
 def advance(world: TargetWorld, obs: Observation, now: float, th: Thresholds) -> TargetWorld:
