@@ -648,7 +648,7 @@ def _next_phase(
     in_startup = prev.phase in STARTUP_PHASES
     if obs.gpu_errors and in_startup and health != "ok":
         # The hardware's failure is the cause; the engine's crash lines that follow are not.
-        return Phase.FAILED, f"GPU error: {obs.gpu_errors[0]}", FailureReason.GPU_ERROR
+        return Phase.FAILED, "the GPU reported a hardware error", FailureReason.GPU_ERROR
     if ev.fatal is not None and (in_startup or prev.phase is Phase.DOWN) and health != "ok":
         return Phase.FAILED, f"fatal log line: {ev.fatal}", ev.fatal
     if in_startup and health != "ok" and (model := _failed_model(obs)) is not None:

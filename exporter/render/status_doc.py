@@ -176,6 +176,19 @@ class TargetDoc(TypedDict):
     gpu_memory: list[GpuMemoryDoc]
 
 
+class GpuHealthDoc(TypedDict):
+    """One GPU's health readings; None (or absent from a list) where the GPU cannot say."""
+
+    xid_errors: dict[str, int]  # Xid events since the exporter started, by xid label
+    ecc_uncorrected_volatile: int | None
+    retired_pages_pending: bool | None
+    remapped_rows_pending: bool | None
+    remapped_rows_failed: bool | None
+    throttle_reasons: list[str] | None  # the active ones of gpuhealth.THROTTLE_REASONS
+    pcie_link: str | None  # e.g. "Gen4 x8 (max Gen5 x16)"
+    unsupported: list[str]
+
+
 class GpuDoc(TypedDict):
     """One GPU of the host."""
 
@@ -187,6 +200,7 @@ class GpuDoc(TypedDict):
     memory_total_bytes: int | None
     utilization_ratio: float | None
     error: str | None
+    health: GpuHealthDoc
 
 
 class SourceDoc(TypedDict):

@@ -210,3 +210,6 @@ def test_xid_79_during_loading_fails_the_start_with_gpu_error(tmp_path, nvml_dir
         )
         assert 'inference_gpu_xid_errors_total{gpu="1"' not in metrics
         assert 'inference_server_start_failures_total{reason="gpu_error",target="t"} 1.0' in metrics
+        health = [g["health"] for g in exp.status()["gpus"]]
+        assert [h["xid_errors"] for h in health] == [{"79": 1}, {}]
+        assert health[0]["pcie_link"] == "Gen5 x16 (max Gen5 x16)"
