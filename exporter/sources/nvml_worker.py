@@ -227,6 +227,8 @@ class _Health:
     events_missing: bool = False
     registered: set[int] = field(default_factory=set)
     addresses: dict[int, int] = field(default_factory=dict)  # handle address -> GPU index
+    handles_tried: set[int] = field(default_factory=set)  # addresses asked to register
+    handles_listening: set[int] = field(default_factory=set)  # ... and registered
     unsupported: dict[int, set[str]] = field(default_factory=dict)
     throttle_api: str = "nvmlDeviceGetCurrentClocksEventReasons"
 
@@ -308,23 +310,32 @@ class _Health:
         return values
 
     def _register(self, index: int, handle: object) -> None:
-        """Register the GPU for Xid events once; a driver without the event API says so."""
+        """Register the GPU for Xid events once; a driver without the event API says so.
+
+        A handle stays registered when GPUs come or go (NVML keeps handles), so it is never
+        registered twice; only its index is looked up again.
+        """
         if index in self.registered:
             return
         self.registered.add(index)
-        self.addresses[_address(handle)] = index
+        address = _address(handle)
+        self.addresses[address] = index
         nvml = self.sampler.nvml
         if self.event_set is None and not self.events_missing:
             try:
                 self.event_set = nvml.nvmlEventSetCreate()
             except nvml.NVMLError:
                 self.events_missing = True  # FUNCTION_NOT_FOUND on old drivers, or refused
-        if self.event_set is None:
-            self.unsupported.setdefault(index, set()).add("xid_events")
-            return
-        try:
-            self.sampler._call(nvml.nvmlDeviceRegisterEvents, handle, _EVENT_XID, self.event_set)
-        except nvml.NVMLError:
+        if self.event_set is not None and address not in self.handles_tried:
+            self.handles_tried.add(address)
+            try:
+                self.sampler._call(
+                    nvml.nvmlDeviceRegisterEvents, handle, _EVENT_XID, self.event_set
+                )
+                self.handles_listening.add(address)
+            except nvml.NVMLError:
+                pass  # NOT_SUPPORTED on this GPU (some MIG and consumer parts)
+        if address not in self.handles_listening:
             self.unsupported.setdefault(index, set()).add("xid_events")
 
     def drain_events(self) -> dict[int, list[int]]:
@@ -340,10 +351,21 @@ class _Health:
             except nvml.NVMLError:
                 break  # TIMEOUT: the queue is empty; anything else: try again next sample
             wait = 0
-            index = self.addresses.get(_address(data.device))
+            index = self._index_of(data.device)
             if index is not None and int(data.eventType) & _EVENT_XID:
                 found.setdefault(index, []).append(int(data.eventData))
         return found
+
+    def _index_of(self, device: object) -> int | None:
+        """The GPU an event names: by its handle, else by asking NVML for its index."""
+        index = self.addresses.get(_address(device))
+        if index is None:
+            nvml = self.sampler.nvml
+            try:
+                index = int(nvml.nvmlDeviceGetIndex(device))
+            except nvml.NVMLError:
+                return None
+        return index
 
 
 def _address(handle: object) -> int:

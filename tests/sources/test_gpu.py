@@ -591,3 +591,17 @@ def test_an_unsupported_health_call_leaves_only_its_reading_out(make_source, sta
     # the older ...ThrottleReasons symbol answers instead of the newer ...EventReasons
     assert (gpu0.throttle_reasons, gpu1.throttle_reasons) == (0, 0)
     assert gpu0.ecc_uncorrected_volatile == 0 and gpu0.pcie_link_generation == 5
+
+
+@pytest.mark.integration
+def test_an_xid_from_a_gpu_that_is_then_lost_is_still_reported(make_source, state):
+    source = make_source()
+    write_state(state, [gpu_line(0), gpu_line(1)])
+    eventually(source)
+
+    write_state(state, [gpu_line(0), gpu_line(1), xid_line(0, 79), "lost 0"])
+    gone, other = source.sample().gpus
+
+    assert (gone.up, gone.error, gone.xids) == (False, "gpu_lost", (79,))
+    assert gone.xid_counts == (("79", 1),)
+    assert other.up and other.xids == () and other.pcie_link_width == 16
