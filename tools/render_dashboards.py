@@ -215,7 +215,8 @@ def _gpu_health() -> list[Panel]:
             "Xid errors in range",
             "none",
             query(
-                f"sum by (gpu, xid) (increase(inference_gpu_xid_errors_total{{{HOST}}}[$__range]))",
+                f"sum by (gpu, xid) (increase(inference_gpu_xid_errors_total{{{HOST}}}[$__range]))"
+                f" or on (gpu) sum by (gpu) (0 * inference_gpu_up{{{HOST}}})",
                 "GPU {{gpu}} Xid {{xid}}",
                 instant=True,
             ),
@@ -235,9 +236,9 @@ def _gpu_health() -> list[Panel]:
             desc="Pending: a GPU reset makes the repair take effect. Failed: replace the GPU.",
         ),
         series(
-            "Clock throttle reasons",
+            "GPUs throttled, by reason",
             "short",
-            query(f"inference_gpu_clock_throttle_active{{{HOST}}} == 1", "GPU {{gpu}} {{reason}}"),
+            query(f"sum by (reason) (inference_gpu_clock_throttle_active{{{HOST}}})", "{{reason}}"),
             desc="Power brake or hardware slowdown during a load makes it slow, not stalled.",
         ),
         series(
