@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from dataclasses import astuple, replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -279,7 +279,9 @@ def _without_optional_features(t: TargetSnapshot) -> TargetSnapshot:
 
 
 def _without_health(g: GpuSample) -> GpuSample:
-    return GpuSample(g.index, g.uuid, g.name, g.up, *astuple(g)[4:11])
+    """The GPU as a driver without any health call reports it (every field up to ``error``)."""
+    names = [f.name for f in fields(GpuSample)]
+    return GpuSample(**{name: getattr(g, name) for name in names[: names.index("error") + 1]})
 
 
 def test_series_budget_two_targets_eight_gpus_under_200():
