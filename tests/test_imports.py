@@ -59,10 +59,12 @@ STDLIB = set(sys.stdlib_module_names)
                 "exporter.core.model",
                 "exporter.core.lifecycle",
                 "exporter.core.snapshot",
+                "exporter.core.gpuhealth",
                 "prometheus_client",
             },
         ),
         ("exporter.core.model", set()),
+        ("exporter.core.gpuhealth", {"exporter.core.model"}),
         (
             "exporter.core.snapshot",
             {"exporter.core.model", "exporter.core.lifecycle", "exporter.core.trail"},

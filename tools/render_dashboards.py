@@ -203,8 +203,55 @@ def cold_start() -> dash.Dashboard:
         ("Now", _cold_start_now()),
         ("Cold start", _cold_start_progress()),
         ("Evidence", _cold_start_evidence()),
+        ("GPU health", _gpu_health()),
         ("Probes, logs and history", _cold_start_probes()),
     )
+
+
+def _gpu_health() -> list[Panel]:
+    """The host's GPUs: the hardware events that fail a start (reason gpu_error) and slow ones."""
+    return [
+        bars(
+            "Xid errors in range",
+            "none",
+            query(
+                f"sum by (gpu, xid) (increase(inference_gpu_xid_errors_total{{{HOST}}}[$__range]))"
+                f" or on (gpu) sum by (gpu) (0 * inference_gpu_up{{{HOST}}})",
+                "GPU {{gpu}} Xid {{xid}}",
+                instant=True,
+            ),
+        ),
+        series(
+            "ECC and row remaps",
+            "short",
+            query(
+                f"inference_gpu_ecc_uncorrected_volatile_errors_total{{{HOST}}}",
+                "GPU {{gpu}} uncorrectable ECC",
+            ),
+            query(f"inference_gpu_remapped_rows_pending{{{HOST}}}", "GPU {{gpu}} remap pending"),
+            query(f"inference_gpu_remapped_rows_failed{{{HOST}}}", "GPU {{gpu}} remap failed"),
+            query(
+                f"inference_gpu_retired_pages_pending{{{HOST}}}", "GPU {{gpu}} retirement pending"
+            ),
+            desc="Pending: a GPU reset makes the repair take effect. Failed: replace the GPU.",
+        ),
+        series(
+            "GPUs throttled, by reason",
+            "short",
+            query(f"sum by (reason) (inference_gpu_clock_throttle_active{{{HOST}}})", "{{reason}}"),
+            desc="Power brake or hardware slowdown during a load makes it slow, not stalled.",
+        ),
+        series(
+            "PCIe link width of max",
+            "percentunit",
+            query(
+                f"inference_gpu_pcie_link_width{{{HOST}}} / inference_gpu_pcie_link_width_max",
+                "GPU {{gpu}}",
+            ),
+            desc="Under 100 %: the link trained narrower (a bad slot or riser), so weights load "
+            "slower.",
+        ),
+    ]
 
 
 def _cold_start_now() -> list[Panel]:

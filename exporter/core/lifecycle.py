@@ -646,6 +646,9 @@ def _next_phase(
     alive = obs.process is not None and not obs.process.zombie
     was_up = prev.phase in UP_PHASES
     in_startup = prev.phase in STARTUP_PHASES
+    if obs.gpu_errors and in_startup and health != "ok":
+        # The hardware's failure is the cause; the engine's crash lines that follow are not.
+        return Phase.FAILED, "the GPU reported a hardware error", FailureReason.GPU_ERROR
     if ev.fatal is not None and (in_startup or prev.phase is Phase.DOWN) and health != "ok":
         return Phase.FAILED, f"fatal log line: {ev.fatal}", ev.fatal
     if in_startup and health != "ok" and (model := _failed_model(obs)) is not None:
@@ -1000,7 +1003,9 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
 
 
 def _failure_detail(ev: _Evidence, failure: FailureReason | None, obs: Observation) -> str | None:
-    """For people: the decisive log line, or the model the server gave up on and why."""
+    """For people: the GPU events, the decisive log line, or the model the server gave up on."""
+    if failure is FailureReason.GPU_ERROR and obs.gpu_errors:
+        return "; ".join(obs.gpu_errors)
     if failure is ev.fatal and ev.fatal_event is not None:
         return reason_detail(ev.fatal_event)
     model = _failed_model(obs)

@@ -79,6 +79,9 @@ class FailureReason(enum.StrEnum):
     NCCL = "nccl"
     CRASH = "crash"
     TIMEOUT = "timeout"
+    #: The GPU the start runs on reported a critical Xid, an uncorrectable ECC error, or
+    #: fell off the bus (``exporter.core.gpuhealth``).
+    GPU_ERROR = "gpu_error"
 
 
 #: Start times of one pid this close are one process (see ``ProcessSample.is_instance``).
@@ -238,8 +241,27 @@ class GpuSample:
     mig_pending: bool | None = None
     #: Who made it: "nvidia" (NVML) or "amd" (amd-smi).
     vendor: str = "nvidia"
-    #: Uncorrectable ECC (RAS) errors since the driver loaded (amd-smi); None: not reported.
-    ecc_uncorrectable_errors: int | None = None
+    # GPU health (exporter.core.gpuhealth reads them); None: unsupported here, never 0.
+    #: Xid codes of the critical-error events NVML delivered in this sample (new ones only).
+    xids: tuple[int, ...] = ()
+    #: Xid events counted since the exporter started, by ``gpuhealth.xid_label``.
+    xid_counts: tuple[tuple[str, int], ...] = ()
+    #: Uncorrectable ECC errors since the driver loaded (NVML's volatile count, amd-smi's RAS).
+    ecc_uncorrected_volatile: int | None = None
+    #: Growth of ``ecc_uncorrected_volatile`` since the previous sample of this GPU.
+    ecc_uncorrected_new: int = 0
+    retired_pages_pending: bool | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failed: bool | None = None
+    #: NVML's clocks event reasons bitmask (``gpuhealth.THROTTLE_REASONS`` names the bits).
+    throttle_reasons: int | None = None
+    pcie_link_generation: int | None = None
+    pcie_link_generation_max: int | None = None
+    pcie_link_width: int | None = None
+    pcie_link_width_max: int | None = None
+    #: Health readings this GPU or its driver cannot give (``HEALTH_READINGS`` names).
+    unsupported: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,3 +434,6 @@ class Observation:
     disk_read_bytes: int | None = None
     gpu_memory_bytes: int | None = None
     log_events: tuple[LogEvent, ...] = field(default_factory=tuple)
+    #: Critical GPU events this tick on the GPUs the target uses, for people
+    #: (``gpuhealth.gpu_errors``), e.g. "Xid 79 on GPU 0 (GPU has fallen off the bus)".
+    gpu_errors: tuple[str, ...] = ()

@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any, Final, get_args, get_type_hints
 
 from exporter.core.classify import LogClassifier, might_matter
+from exporter.core.gpuhealth import gpu_errors
 from exporter.core.lifecycle import TargetState, Thresholds, step
 from exporter.core.model import (
     GpuReading,
@@ -164,6 +165,9 @@ class TargetWorld:
     #: as it ended: its workers may outlive it and keep GPU memory (``attribute_gpu_memory``).
     pids: frozenset[int] = frozenset()
     previous_pids: frozenset[int] = frozenset()
+    #: The GPUs the target was last seen holding memory on: a GPU that fell off the bus
+    #: lists no processes any more, yet its events still concern the target.
+    gpu_indices: frozenset[int] = frozenset()
 
 
 def note_instance(world: TargetWorld, readings: TargetReadings) -> None:
@@ -300,6 +304,7 @@ def observe(
             readings.logs.lines,
             process_gone=readings.process is None and readings.process_error is None,
         ),
+        gpu_errors=_target_gpu_errors(world, gpu, per_gpu, gpus),
     )
     return Observed(obs, tuple(sorted(per_gpu.items())), tuple(sorted(per_mig.items())))
 
@@ -330,6 +335,33 @@ def _selected_gpus(
             if index is not None:
                 kept_gpu[index] = kept_gpu.get(index, 0) + used
     return kept_gpu, kept_mig
+
+
+def _target_gpu_errors(
+    world: TargetWorld,
+    gpu: GpuReading,
+    per_gpu: Mapping[int, int],
+    gpus: Collection[int | str] | None,
+) -> tuple[str, ...]:
+    """Critical events on the GPUs the target uses, worded for people.
+
+    The GPUs used are those its ``gpus`` names (a MIG slice names its parent GPU: an Xid is
+    the whole GPU's), else those it holds memory on (now or last seen). A stale reading is
+    last tick's: its events were seen then.
+    """
+    if per_gpu:
+        world.gpu_indices = frozenset(per_gpu)
+    if gpu.stale:
+        return ()
+    used = world.gpu_indices if gpus is None else _named_gpu_indices(gpus, gpu)
+    return gpu_errors(gpu.gpus, used)
+
+
+def _named_gpu_indices(gpus: Collection[int | str], reading: GpuReading) -> frozenset[int]:
+    """The indices of the GPUs a ``gpus`` setting names, by index, GPU UUID or MIG UUID."""
+    by_uuid = {s.uuid: s.index for s in reading.gpus}
+    by_uuid.update({m.uuid: m.gpu_index for m in reading.migs})
+    return frozenset(g if isinstance(g, int) else by_uuid.get(g, -1) for g in gpus) - {-1}
 
 
 def advance(world: TargetWorld, obs: Observation, now: float, th: Thresholds) -> TargetWorld:

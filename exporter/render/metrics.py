@@ -20,6 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from exporter.core.gpuhealth import throttle_active
 from exporter.core.lifecycle import Histogram, observed_load_seconds
 from exporter.core.model import FailureReason, LogClass, Phase, ProbeKind
 from exporter.core.snapshot import Snapshot, TargetSnapshot
@@ -44,6 +45,7 @@ class SnapshotCollector(Collector):
         yield from server_families(snap.targets)
         yield from gpu_families(snap)
         yield from mig_families(snap)
+        yield from gpu_health_families(snap)
         yield from host_families(snap)
 
 
@@ -467,18 +469,10 @@ def gpu_families(snap: Snapshot) -> Iterator[Metric]:
             labels,
         ),
     }
-    # Uncorrectable only: they fail starts; correctable ones would double the per-GPU cost.
-    ecc = CounterMetricFamily(
-        "inference_gpu_ecc_uncorrectable_errors",
-        "Uncorrectable GPU memory ECC (RAS) errors since the driver loaded (amd-smi).",
-        labels=list(labels),
-    )
     for g in snap.gpus:
         key = [str(g.index), g.uuid]
         fams["up"].add_metric(key, 1.0 if g.up else 0.0)
         fams["info"].add_metric([*key, g.name, g.vendor], 1.0)
-        if g.ecc_uncorrectable_errors is not None and g.up:
-            ecc.add_metric(key, float(g.ecc_uncorrectable_errors))
         for attr in (
             "memory_used_bytes",
             "memory_total_bytes",
@@ -491,7 +485,6 @@ def gpu_families(snap: Snapshot) -> Iterator[Metric]:
             if value is not None and g.up:
                 fams[attr].add_metric(key, float(value))
     yield from fams.values()
-    yield ecc
     foreign = _gauge(
         "inference_gpu_foreign_memory_used_bytes",
         "GPU memory held by processes of no watched server (e.g. an engine auto-started at boot).",
@@ -507,3 +500,90 @@ def gpu_families(snap: Snapshot) -> Iterator[Metric]:
     )
     unattributed.add_metric([], float(snap.unattributed_gpu_processes))
     yield unattributed
+
+
+# --- GPU health -----------------------------------------------------------------------------
+
+#: One-value health gauges: the ``GpuSample`` field, the metric name and its help.
+_HEALTH_GAUGES: Final = (
+    (
+        "retired_pages_pending",
+        "inference_gpu_retired_pages_pending",
+        "1 if ECC-faulty pages wait to be retired at the next GPU reset.",
+    ),
+    (
+        "remapped_rows_pending",
+        "inference_gpu_remapped_rows_pending",
+        "1 if a row remap waits for the next GPU reset (the GPU should be reset).",
+    ),
+    (
+        "remapped_rows_failed",
+        "inference_gpu_remapped_rows_failed",
+        "1 if a row remap failed (no spare rows left: the GPU needs replacing).",
+    ),
+    (
+        "pcie_link_generation",
+        "inference_gpu_pcie_link_generation",
+        "PCIe link generation now (it may train down at idle to save power).",
+    ),
+    (
+        "pcie_link_generation_max",
+        "inference_gpu_pcie_link_generation_max",
+        "Highest PCIe link generation of the GPU and its slot.",
+    ),
+    ("pcie_link_width", "inference_gpu_pcie_link_width", "PCIe link width now, in lanes."),
+    (
+        "pcie_link_width_max",
+        "inference_gpu_pcie_link_width_max",
+        "Widest PCIe link of the GPU and its slot, in lanes.",
+    ),
+)
+
+
+def gpu_health_families(snap: Snapshot) -> Iterator[Metric]:
+    """Per-GPU health: Xid and ECC counters, row remaps, throttle reasons, PCIe link.
+
+    A reading the GPU or driver lacks is absent and named in ``..._health_unsupported``.
+    """
+    labels = ["gpu", "uuid"]
+    xids = CounterMetricFamily(
+        "inference_gpu_xid_errors",
+        "Critical Xid error events since the exporter started, by Xid code "
+        "(well-known codes, else other).",
+        labels=[*labels, "xid"],
+    )
+    ecc = CounterMetricFamily(
+        "inference_gpu_ecc_uncorrected_volatile_errors",
+        "Uncorrectable ECC errors since the driver loaded "
+        "(NVML volatile count, amd-smi RAS total).",
+        labels=labels,
+    )
+    gauges = {field: _gauge(name, doc, labels) for field, name, doc in _HEALTH_GAUGES}
+    throttle = _gauge(
+        "inference_gpu_clock_throttle_active",
+        "1 if clocks are held down for this reason now.",
+        (*labels, "reason"),
+    )
+    unsupported = _gauge(
+        "inference_gpu_health_unsupported",
+        "1 for a health reading this GPU or driver cannot give (its metric is absent).",
+        (*labels, "reading"),
+    )
+    for g in snap.gpus:
+        key = [str(g.index), g.uuid]
+        for label, count in g.xid_counts:
+            xids.add_metric([*key, label], float(count))
+        for reading in g.unsupported:
+            unsupported.add_metric([*key, reading], 1.0)
+        if not g.up:
+            continue
+        if g.ecc_uncorrected_volatile is not None:
+            ecc.add_metric(key, float(g.ecc_uncorrected_volatile))
+        for field, family in gauges.items():
+            value = getattr(g, field)
+            if value is not None:
+                family.add_metric(key, float(value))
+        if g.throttle_reasons is not None:
+            for reason, active in throttle_active(g.throttle_reasons).items():
+                throttle.add_metric([*key, reason], 1.0 if active else 0.0)
+    yield from (xids, ecc, *gauges.values(), throttle, unsupported)

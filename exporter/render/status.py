@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from exporter.core.gpuhealth import throttle_active
 from exporter.core.lifecycle import (
     ColdStart,
     TargetState,
@@ -23,6 +24,7 @@ from exporter.render.status_doc import (
     ColdStartDoc,
     EngineReportDoc,
     GpuDoc,
+    GpuHealthDoc,
     GpuMemoryDoc,
     LineDoc,
     MigDoc,
@@ -74,6 +76,29 @@ def _gpu(g: GpuSample) -> GpuDoc:
         "utilization_ratio": g.utilization_ratio,
         "error": g.error,
         "mig_enabled": g.mig_enabled,
+        "health": _gpu_health(g),
+    }
+
+
+def _gpu_health(g: GpuSample) -> GpuHealthDoc:
+    throttle = g.throttle_reasons
+    link = None
+    if g.pcie_link_generation is not None:
+        link = (
+            f"Gen{g.pcie_link_generation} x{g.pcie_link_width} "
+            f"(max Gen{g.pcie_link_generation_max} x{g.pcie_link_width_max})"
+        )
+    return {
+        "xid_errors": dict(g.xid_counts),
+        "ecc_uncorrected_volatile": g.ecc_uncorrected_volatile,
+        "retired_pages_pending": g.retired_pages_pending,
+        "remapped_rows_pending": g.remapped_rows_pending,
+        "remapped_rows_failed": g.remapped_rows_failed,
+        "throttle_reasons": None
+        if throttle is None
+        else [name for name, on in throttle_active(throttle).items() if on],
+        "pcie_link": link,
+        "unsupported": list(g.unsupported),
     }
 
 

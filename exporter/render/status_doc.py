@@ -201,6 +201,19 @@ class TargetDoc(TypedDict):
     mig_memory: list[MigMemoryDoc]
 
 
+class GpuHealthDoc(TypedDict):
+    """One GPU's health readings; None (or absent from a list) where the GPU cannot say."""
+
+    xid_errors: dict[str, int]  # Xid events since the exporter started, by xid label
+    ecc_uncorrected_volatile: int | None
+    retired_pages_pending: bool | None
+    remapped_rows_pending: bool | None
+    remapped_rows_failed: bool | None
+    throttle_reasons: list[str] | None  # the active ones of gpuhealth.THROTTLE_REASONS
+    pcie_link: str | None  # e.g. "Gen4 x8 (max Gen5 x16)"
+    unsupported: list[str]
+
+
 class GpuDoc(TypedDict):
     """One GPU of the host."""
 
@@ -214,6 +227,7 @@ class GpuDoc(TypedDict):
     error: str | None
     #: MIG mode is on; None where the GPU cannot do MIG.
     mig_enabled: bool | None
+    health: GpuHealthDoc
 
 
 class SourceDoc(TypedDict):

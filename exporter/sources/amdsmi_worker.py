@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Final, TypeVar
 
-from exporter.sources.amdsmi_protocol import LIBRARY_NOT_LOADED, AmdGpuRecord
+from exporter.sources.amdsmi_protocol import LIBRARY_NOT_LOADED
 from exporter.sources.nvml_protocol import GpuRecord, Hello, ProcessRecord, Reply
 from exporter.sources.nvml_worker import _protocol_stream, serve
 
@@ -48,14 +48,14 @@ class Sampler:
         """Release amd-smi before the child exits."""
         self.smi.amdsmi_shut_down()
 
-    def _sample_gpu(self, index: int, handle: object, procs: list[ProcessRecord]) -> AmdGpuRecord:
+    def _sample_gpu(self, index: int, handle: object, procs: list[ProcessRecord]) -> GpuRecord:
         try:
             uuid = str(self.smi.amdsmi_get_gpu_device_uuid(handle))
         except self.smi.AmdSmiLibraryException as exc:
             error = "no_permission" if exc.get_error_code() == _NO_PERMISSION else "amdsmi_error"
             return {"index": index, "uuid": "", "name": "", "up": False, "error": error}
         asic = self._field(self.smi.amdsmi_get_gpu_asic_info, handle) or {}
-        gpu: AmdGpuRecord = {
+        gpu: GpuRecord = {
             "index": index,
             "uuid": uuid,
             "name": str(asic.get("market_name", _NOT_AVAILABLE)),
@@ -73,7 +73,8 @@ class Sampler:
                 gpu[key] = int(value)  # type: ignore[literal-required]  # "util" or "mem_util"
         ecc = self._field(self.smi.amdsmi_get_gpu_total_ecc_count, handle)
         if ecc is not None:
-            gpu["ecc_uncorrectable"] = int(ecc["uncorrectable_count"])
+            # RAS totals since the driver loaded: what NVML calls the volatile count
+            gpu["ecc_uncorrected"] = int(ecc["uncorrectable_count"])
         listed = self._field(self.smi.amdsmi_get_gpu_process_list, handle) or []
         procs.extend((index, int(p["pid"]), _vram(p)) for p in listed)
         return gpu

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final, NoReturn, cast
 
+from exporter.core.gpuhealth import xid_label
 from exporter.core.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.errors import SourceError
 from exporter.sources import Scope
@@ -216,6 +217,75 @@ def _mig_sample(raw: MigRecord) -> MigSample:
     )
 
 
+# --- GPU health ---------------------------------------------------------------------------
+
+
+def _with_health(gpu: GpuSample, raw: GpuRecord) -> GpuSample:
+    """``gpu`` with the health fields of its record; a field the record lacks stays None."""
+    remap = raw.get("remap")
+    _, uncorrectable, pending, failure = (int(v) for v in remap) if remap else (None,) * 4
+    link = raw.get("pcie_link")
+    gen, gen_max, width, width_max = (int(v) for v in link) if link else (None,) * 4
+    ecc, retired, throttle = (
+        raw.get("ecc_uncorrected"),
+        raw.get("retired_pending"),
+        raw.get("throttle"),
+    )
+    return replace(
+        gpu,
+        xids=tuple(int(code) for code in raw.get("xids", ())),
+        unsupported=tuple(str(name) for name in raw.get("unsupported", ())),
+        ecc_uncorrected_volatile=_optional_int(ecc),
+        retired_pages_pending=None if retired is None else bool(retired),
+        remapped_rows_uncorrectable=uncorrectable,
+        remapped_rows_pending=None if pending is None else bool(pending),
+        remapped_rows_failed=None if failure is None else bool(failure),
+        throttle_reasons=_optional_int(throttle),
+        pcie_link_generation=gen,
+        pcie_link_generation_max=gen_max,
+        pcie_link_width=width,
+        pcie_link_width_max=width_max,
+    )
+
+
+class _HealthTracker:
+    """What GPU health needs across samples: Xid totals and the last ECC count, per UUID.
+
+    Kept in the parent, so a restarted NVML child neither resets the Xid counters nor
+    makes the ECC count it reads again look like new errors.
+    """
+
+    def __init__(self, warn_once: Callable[..., None]) -> None:
+        self._xids: dict[str, dict[str, int]] = {}
+        self._ecc: dict[str, int] = {}
+        self._warn_once = warn_once
+
+    def apply(self, gpu: GpuSample) -> GpuSample:
+        """The sample with its Xid totals and ECC growth filled in."""
+        counts = self._xids.setdefault(gpu.uuid, {})
+        for code in gpu.xids:
+            label = xid_label(code)
+            counts[label] = counts.get(label, 0) + 1
+            log.warning("gpu xid gpu=%d uuid=%s xid=%d", gpu.index, gpu.uuid, code)
+        new_ecc = 0
+        if gpu.ecc_uncorrected_volatile is not None:
+            before = self._ecc.get(gpu.uuid)
+            if before is not None and gpu.ecc_uncorrected_volatile > before:
+                new_ecc = gpu.ecc_uncorrected_volatile - before
+            self._ecc[gpu.uuid] = gpu.ecc_uncorrected_volatile
+        for reading in gpu.unsupported:
+            self._warn_once(
+                f"unsupported:{gpu.uuid}:{reading}",
+                "nvml health reading unsupported gpu=%d uuid=%s reading=%s hint=%s",
+                gpu.index,
+                gpu.uuid,
+                reading,
+                "this GPU or driver lacks the call (older driver or GPU model); its metric is "
+                "left out, everything else is read",
+            )
+        return replace(gpu, xid_counts=tuple(sorted(counts.items())), ecc_uncorrected_new=new_ecc)
+
+
 class GpuSource:
     """Samples every GPU through NVML in a child process that is restarted when it fails.
 
@@ -281,6 +351,7 @@ class GpuSource:
         self._failure: NvmlReason | None = None
         self._warned: set[str] = set()
         self._process_api: str | None = None
+        self._health = _HealthTracker(self._warn_once)
 
     def sample(self, deadline: float | None = None) -> GpuReading:
         """One reading of every GPU and its compute processes.
@@ -399,7 +470,10 @@ class GpuSource:
             reason = self.code_reasons.get(int(code), NvmlReason.NVML_ERROR)
             self._fail(reason, f"nvmlDeviceGetCount code={code}")
         try:
-            gpus = tuple(_with_mig_mode(_gpu_sample(raw), raw) for raw in reply["gpus"])
+            gpus = tuple(
+                self._health.apply(_with_health(_with_mig_mode(_gpu_sample(raw), raw), raw))
+                for raw in reply["gpus"]
+            )
             migs = tuple(_mig_sample(raw) for raw in reply.get("migs", []))
             processes = _with_visibility(
                 self._checked_processes(reply["procs"], gpus, reply.get("mig_procs", []), migs)

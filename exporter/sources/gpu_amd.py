@@ -2,7 +2,7 @@
 
 ``AmdGpuSource`` is ``GpuSource`` with the AMD child: the same deadline, backoff, process
 checks and PID-namespace visibility, so per-process VRAM joins targets exactly like NVML's.
-It adds what only AMD reports (uncorrectable RAS errors) and marks its GPUs ``vendor="amd"``.
+Its RAS totals arrive as the shared ECC field; it marks its GPUs ``vendor="amd"``.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Final, cast
+from typing import Final
 
 from exporter.core.model import GpuReading
-from exporter.sources.amdsmi_protocol import LIBRARY_NOT_LOADED, AmdGpuRecord
+from exporter.sources.amdsmi_protocol import LIBRARY_NOT_LOADED
 from exporter.sources.gpu import GpuSource, NvmlReason, _child_env
 from exporter.sources.nvml_protocol import Reply
 
@@ -105,20 +105,6 @@ class AmdGpuSource(GpuSource):
 
     def _accept(self, reply: Reply) -> GpuReading:
         reading = super()._accept(reply)
-        # The AMD child's GPU records are AmdGpuRecords; super() has checked their shape.
-        records = {int(r["index"]): cast(AmdGpuRecord, r) for r in reply.get("gpus", [])}
-        gpus = tuple(
-            replace(
-                gpu,
-                vendor="amd",
-                ecc_uncorrectable_errors=_count(records.get(gpu.index, {}), "ecc_uncorrectable"),
-            )
-            for gpu in reading.gpus
-        )
+        gpus = tuple(replace(gpu, vendor="amd") for gpu in reading.gpus)
         self.last_reading = replace(reading, gpus=gpus)
         return self.last_reading
-
-
-def _count(record: Mapping[str, object], key: str) -> int | None:
-    value = record.get(key)
-    return int(value) if isinstance(value, int) else None

@@ -29,6 +29,17 @@ class Hello(TypedDict, total=False):
     binding_wheels: dict[str, str]
 
 
+#: The health readings a GPU may lack, as ``GpuRecord.unsupported`` names them.
+HEALTH_READINGS: Final = (
+    "xid_events",
+    "ecc",
+    "retired_pages",
+    "remapped_rows",
+    "throttle",
+    "pcie_link",
+)
+
+
 class GpuRecord(TypedDict, total=False):
     """One GPU in a reply; a field the GPU does not support is absent or None, never 0."""
 
@@ -46,6 +57,14 @@ class GpuRecord(TypedDict, total=False):
     #: MIG mode now and after a reset (0/1); absent where the GPU cannot do MIG.
     mig_mode: int
     mig_pending: int
+    # GPU health (nvml_worker's ``_Health``): each absent when the GPU or driver lacks it.
+    xids: list[int]  # Xid codes of the critical-error events drained in this sample
+    ecc_uncorrected: int  # volatile uncorrected ECC errors since the driver loaded
+    retired_pending: bool
+    remap: list[int]  # remapped rows: correctable, uncorrectable, pending, failure
+    throttle: int  # clocks event reasons bitmask
+    pcie_link: list[int]  # current gen, max gen, current width, max width
+    unsupported: list[str]  # health readings this GPU or driver cannot give (HEALTH_READINGS)
 
 
 #: One compute process: gpu index, pid, used bytes (None: not available). It crosses the

@@ -33,6 +33,7 @@ _GPU_IS_LOST: Final = 15
 _RESET_REQUIRED: Final = 16
 _ARGUMENT_VERSION_MISMATCH: Final = 25
 _INSUFFICIENT_SIZE: Final = 7
+_NOT_SUPPORTED: Final = 3
 _PCIE_UTIL_RX_BYTES: Final = 1
 _NOT_AVAILABLE: Final = 2**64 - 1
 #: Codes after which the GPU itself is gone, not just one field.
@@ -78,6 +79,10 @@ class Sampler:
     count: int = -1
     devices: dict[int, _Device] = field(default_factory=dict)
     identities: dict[int, tuple[str, str]] = field(default_factory=dict)
+    health: _Health = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.health = _Health(self)
 
     def sample(self) -> Reply:
         """One reply: every GPU, every compute process, or the code that stopped the listing."""
@@ -89,12 +94,15 @@ class Sampler:
             self.count = count
             self.devices.clear()
             self.identities.clear()
+            self.health.forget()
         gpus: list[GpuRecord] = []
         procs: list[ProcessRecord] = []
         migs: list[MigRecord] = []
         mig_procs: list[MigProcessRecord] = []
+        xids = self.health.drain_events()
         for index in range(count):
             gpus.append(self._sample_gpu(index, procs))
+            gpus[-1]["xids"] = xids.get(index, [])
             self._sample_migs(gpus[-1], procs, migs, mig_procs)
         return {
             "gpus": gpus,
@@ -119,6 +127,7 @@ class Sampler:
                     self.nvml.nvmlDeviceGetPcieThroughput, device.handle, _PCIE_UTIL_RX_BYTES
                 )
             procs.extend((index, pid, used) for pid, used in self._processes(device.handle))
+            self.health.read(index, device, gpu)
         except _DeviceDown as down:
             return self._down(index, down.error)
         except self.nvml.NVMLError as exc:
@@ -288,6 +297,176 @@ class Sampler:
         records = (_ProcessInfoV1 * count.value)()
         self.nvml._nvmlCheckReturn(function(handle, ctypes.byref(count), records))
         return list(records[: count.value])
+
+
+# --- GPU health: Xid events, ECC, retired pages, remapped rows, throttle, PCIe link --------
+
+#: nvml.h event types: critical Xid errors (the Xid code is the event's data).
+_EVENT_XID: Final = 0x8
+#: At most this many events are drained per sample; the rest wait for the next one.
+_EVENTS_PER_SAMPLE: Final = 64
+#: The first wait of a drain (ms): events already queued come back at once, and a sample
+#: is never held up by more than this when there are none.
+_EVENT_WAIT_MS: Final = 1
+
+
+@dataclass(slots=True)
+class _Health:
+    """The health readings of every GPU; a reading a GPU or driver lacks is asked once only.
+
+    FUNCTION_NOT_FOUND (an older driver lacks the symbol) and NOT_SUPPORTED (this GPU
+    cannot) both leave the reading out of every later record and name it in ``unsupported``.
+    """
+
+    sampler: Sampler
+    event_set: object | None = None
+    events_missing: bool = False
+    registered: set[int] = field(default_factory=set)
+    addresses: dict[int, int] = field(default_factory=dict)  # handle address -> GPU index
+    handles_tried: set[int] = field(default_factory=set)  # addresses asked to register
+    handles_listening: set[int] = field(default_factory=set)  # ... and registered
+    unsupported: dict[int, set[str]] = field(default_factory=dict)
+    throttle_api: str = "nvmlDeviceGetCurrentClocksEventReasons"
+
+    def forget(self) -> None:
+        """GPUs came or went: register and probe every GPU again."""
+        self.registered.clear()
+        self.addresses.clear()
+        self.unsupported.clear()
+
+    def read(self, index: int, device: _Device, gpu: GpuRecord) -> None:
+        """Add this GPU's health fields to ``gpu``; a lost GPU raises ``_DeviceDown``."""
+        nvml, handle = self.sampler.nvml, device.handle
+        self._register(index, handle)
+        ecc = self._ask(
+            index,
+            "ecc",
+            nvml.nvmlDeviceGetTotalEccErrors,
+            handle,
+            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            nvml.NVML_VOLATILE_ECC,
+        )
+        if ecc is not None:
+            gpu["ecc_uncorrected"] = int(ecc)
+        pending = self._ask(
+            index, "retired_pages", nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle
+        )
+        if pending is not None:
+            gpu["retired_pending"] = bool(pending)
+        rows = self._ask(index, "remapped_rows", nvml.nvmlDeviceGetRemappedRows, handle)
+        if rows is not None:
+            gpu["remap"] = [int(value) for value in rows]
+        throttle = self._throttle(index, handle)
+        if throttle is not None:
+            gpu["throttle"] = throttle
+        link = self._pcie_link(index, handle)
+        if link is not None:
+            gpu["pcie_link"] = link
+        gpu["unsupported"] = sorted(self.unsupported.get(index, ()))
+
+    def _ask(self, index: int, reading: str, function: Callable[..., R], *args: object) -> R | None:
+        """One call; None when the reading is unsupported (remembered) or failed this time."""
+        if reading in self.unsupported.get(index, ()):
+            return None
+        try:
+            return self.sampler._call(function, *args)
+        except self.sampler.nvml.NVMLError as exc:
+            if exc.value in (_NOT_SUPPORTED, _FUNCTION_NOT_FOUND):
+                self.unsupported.setdefault(index, set()).add(reading)
+            return None
+
+    def _throttle(self, index: int, handle: object) -> int | None:
+        # Drivers before R535 only have the older name of the same call.
+        function = getattr(self.sampler.nvml, self.throttle_api)
+        try:
+            reasons = self.sampler._call(function, handle)
+        except self.sampler.nvml.NVMLError as exc:
+            older = "nvmlDeviceGetCurrentClocksThrottleReasons"
+            if exc.value == _FUNCTION_NOT_FOUND and self.throttle_api != older:
+                self.throttle_api = older
+                return self._throttle(index, handle)
+            if exc.value in (_NOT_SUPPORTED, _FUNCTION_NOT_FOUND):
+                self.unsupported.setdefault(index, set()).add("throttle")
+            return None
+        return int(reasons)
+
+    def _pcie_link(self, index: int, handle: object) -> list[int] | None:
+        nvml = self.sampler.nvml
+        values = []
+        for function in (
+            nvml.nvmlDeviceGetCurrPcieLinkGeneration,
+            nvml.nvmlDeviceGetMaxPcieLinkGeneration,
+            nvml.nvmlDeviceGetCurrPcieLinkWidth,
+            nvml.nvmlDeviceGetMaxPcieLinkWidth,
+        ):
+            value = self._ask(index, "pcie_link", function, handle)
+            if value is None:
+                return None
+            values.append(int(value))
+        return values
+
+    def _register(self, index: int, handle: object) -> None:
+        """Register the GPU for Xid events once; a driver without the event API says so.
+
+        A handle stays registered when GPUs come or go (NVML keeps handles), so it is never
+        registered twice; only its index is looked up again.
+        """
+        if index in self.registered:
+            return
+        self.registered.add(index)
+        address = _address(handle)
+        self.addresses[address] = index
+        nvml = self.sampler.nvml
+        if self.event_set is None and not self.events_missing:
+            try:
+                self.event_set = nvml.nvmlEventSetCreate()
+            except nvml.NVMLError:
+                self.events_missing = True  # FUNCTION_NOT_FOUND on old drivers, or refused
+        if self.event_set is not None and address not in self.handles_tried:
+            self.handles_tried.add(address)
+            try:
+                self.sampler._call(
+                    nvml.nvmlDeviceRegisterEvents, handle, _EVENT_XID, self.event_set
+                )
+                self.handles_listening.add(address)
+            except nvml.NVMLError:
+                pass  # NOT_SUPPORTED on this GPU (some MIG and consumer parts)
+        if address not in self.handles_listening:
+            self.unsupported.setdefault(index, set()).add("xid_events")
+
+    def drain_events(self) -> dict[int, list[int]]:
+        """The Xid codes queued since the last sample, by GPU index; never waits long."""
+        found: dict[int, list[int]] = {}
+        if self.event_set is None:
+            return found
+        nvml = self.sampler.nvml
+        wait = _EVENT_WAIT_MS
+        for _ in range(_EVENTS_PER_SAMPLE):
+            try:
+                data = nvml.nvmlEventSetWait_v2(self.event_set, wait)
+            except nvml.NVMLError:
+                break  # TIMEOUT: the queue is empty; anything else: try again next sample
+            wait = 0
+            index = self._index_of(data.device)
+            if index is not None and int(data.eventType) & _EVENT_XID:
+                found.setdefault(index, []).append(int(data.eventData))
+        return found
+
+    def _index_of(self, device: object) -> int | None:
+        """The GPU an event names: by its handle, else by asking NVML for its index."""
+        index = self.addresses.get(_address(device))
+        if index is None:
+            nvml = self.sampler.nvml
+            try:
+                index = int(nvml.nvmlDeviceGetIndex(device))
+            except nvml.NVMLError:
+                return None
+        return index
+
+
+def _address(handle: object) -> int:
+    """A device handle's pointer value: event data names its GPU by the same pointer."""
+    return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)  # type: ignore[arg-type]
 
 
 def _memory_or_none(value: int | None) -> int | None:

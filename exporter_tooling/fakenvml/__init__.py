@@ -13,11 +13,13 @@ from exporter_tooling.fakenvml.build import (
 from exporter_tooling.fakenvml.state import (
     STATE_ENV,
     gpu_line,
+    health_lines,
     mig_line,
     mig_mode_line,
     mig_proc_line,
     proc_line,
     write_state,
+    xid_line,
 )
 
 __all__ = [
@@ -27,9 +29,11 @@ __all__ = [
     "SimulatedNvmlBuildError",
     "build_simulated_nvml",
     "gpu_line",
+    "health_lines",
     "mig_line",
     "mig_mode_line",
     "mig_proc_line",
     "proc_line",
     "write_state",
+    "xid_line",
 ]

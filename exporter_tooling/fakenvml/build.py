@@ -18,6 +18,7 @@ VARIANTS: Final[dict[str, tuple[str, ...]]] = {
     "no_v3": ("-DNO_V3",),
     "no_v3_v2": ("-DNO_V3", "-DNO_V2"),
     "no_mig": ("-DNO_MIG",),
+    "no_events": ("-DNO_EVENTS",),
 }
 _SOURCE: Final = "simulated_nvml.c"
 
@@ -34,7 +35,7 @@ def build_simulated_nvml(out_dir: Path, *, variant: str = "default") -> Path:
     Args:
         out_dir: directory to hold the library; put it on the NVML child's LD_LIBRARY_PATH.
         variant: one of ``VARIANTS`` ("no_v3" lacks ..._v3, "no_v3_v2" also lacks ..._v2,
-            "no_mig" lacks every MIG call).
+            "no_mig" lacks every MIG call, "no_events" lacks the event API of Xid reports).
 
     Raises:
         ValueError: unknown variant.

@@ -29,9 +29,20 @@
  *   mig_proc <mig_uuid> <pid> <used_memory_bytes>   a process on that MIG device; the full
  *                                   GPU's listing includes it too, as real drivers do for root
  *
+ * GPU health (see the "health" block below):
+ *   xid <index> <code>              a critical Xid event on that GPU; every line is one event,
+ *                                   delivered once by nvmlEventSetWait in file order (the library
+ *                                   remembers how many it delivered per GPU, so keep old lines)
+ *   ecc <index> <uncorrected_volatile>           volatile uncorrected ECC count (default 0)
+ *   retired_pending <index> <0|1>                pages waiting for retirement (default 0)
+ *   remap <index> <corr> <uncorr> <pending> <failure>  remapped rows (default all 0)
+ *   throttle <index> <reasons_bitmask>           clocks event reasons (default 0 = none)
+ *   pcie_link <index> <gen> <max_gen> <width> <max_width>  (default gen 5/5, width 16/16)
+ *
  * A missing symbol cannot be toggled at run time: build with -DNO_V3 (and -DNO_V2) for drivers
  * without nvmlDeviceGetComputeRunningProcesses_v3 (_v2), -DNO_MIG for drivers before R450 (no
- * MIG calls at all). exporter_tooling/fakenvml/build.py builds the variants.
+ * MIG calls at all), and -DNO_EVENTS for a driver without the event API (nvmlEventSetCreate and
+ * friends). exporter_tooling/fakenvml/build.py builds the variants.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -47,12 +58,14 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_TIMEOUT 10
 #define NVML_ERROR_GPU_IS_LOST 15
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 
 #define MAX_GPUS 64
 #define MAX_PROCS 512
 #define MAX_FAULTS 32
+#define MAX_XIDS 256
 #define FN_LEN 64
 #define MAX_MIGS 64
 #define MAX_MIGS_PER_GPU 7 /* what nvmlDeviceGetMaxMigDeviceCount says on A100/H100 */
@@ -102,6 +115,17 @@ struct gpu {
     unsigned int util_gpu, util_mem;
 };
 
+/* One GPU's health answers (the "health" block); all zero means healthy with no link read. */
+struct health {
+    int link_set;
+    unsigned long long ecc_uncorrected, throttle;
+    unsigned int retired_pending, remap[4], link[4];
+};
+
+struct xid {
+    unsigned int gpu, code;
+};
+
 struct proc {
     unsigned int gpu, pid;
     unsigned long long used;
@@ -125,6 +149,9 @@ struct mig {
 struct state {
     int gpu_count, proc_count, init_error, stride32;
     int error_count, hang_count, crash_count;
+    int xid_count;
+    struct health health[MAX_GPUS];
+    struct xid xids[MAX_XIDS];
     struct gpu gpus[MAX_GPUS];
     struct proc procs[MAX_PROCS];
     struct fault error[MAX_FAULTS], hang[MAX_FAULTS], crash[MAX_FAULTS];
@@ -195,6 +222,8 @@ static int parse_mig_line(const char *line) {
     return 1;
 }
 
+static int parse_health(const char *line);
+
 static void parse_line(const char *line) {
     char fn[FN_LEN];
     long index = -1;
@@ -225,7 +254,41 @@ static void parse_line(const char *line) {
         add_fault(st.crash, &st.crash_count, fn, -1, 0, 0);
     } else if (strncmp(line, "stride32", 8) == 0) {
         st.stride32 = 1;
+    } else {
+        parse_health(line);
     }
+}
+
+/* --- health: Xid events, ECC, retired pages, remapped rows, throttle, PCIe link ---------- */
+
+static int parse_health(const char *line) {
+    long index;
+    unsigned int a, b, c, d;
+    unsigned long long value;
+    if (sscanf(line, "xid %ld %u", &index, &a) == 2 && valid_index(index)) {
+        if (st.xid_count < MAX_XIDS) {
+            st.xids[st.xid_count].gpu = (unsigned int)index;
+            st.xids[st.xid_count++].code = a;
+        }
+    } else if (sscanf(line, "ecc %ld %llu", &index, &value) == 2 && valid_index(index)) {
+        st.health[index].ecc_uncorrected = value;
+    } else if (sscanf(line, "retired_pending %ld %u", &index, &a) == 2 && valid_index(index)) {
+        st.health[index].retired_pending = a;
+    } else if (sscanf(line, "remap %ld %u %u %u %u", &index, &a, &b, &c, &d) == 5 &&
+               valid_index(index)) {
+        st.health[index].remap[0] = a, st.health[index].remap[1] = b;
+        st.health[index].remap[2] = c, st.health[index].remap[3] = d;
+    } else if (sscanf(line, "throttle %ld %llu", &index, &value) == 2 && valid_index(index)) {
+        st.health[index].throttle = value;
+    } else if (sscanf(line, "pcie_link %ld %u %u %u %u", &index, &a, &b, &c, &d) == 5 &&
+               valid_index(index)) {
+        st.health[index].link_set = 1;
+        st.health[index].link[0] = a, st.health[index].link[1] = b;
+        st.health[index].link[2] = c, st.health[index].link[3] = d;
+    } else {
+        return 0;
+    }
+    return 1;
 }
 
 /* Re-read the whole state on every call: the file is tiny and answers must change live. */
@@ -620,6 +683,156 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *i
     nvmlReturn_t ret = enter_mig("nvmlDeviceGetComputeInstanceId", device, id, &mig);
     if (ret != NVML_SUCCESS) return ret;
     *id = mig->compute_instance;
+    return NVML_SUCCESS;
+}
+#endif
+
+/* --- health calls ------------------------------------------------------------------------ */
+
+#define NVML_MEMORY_ERROR_TYPE_UNCORRECTED 1
+#define NVML_VOLATILE_ECC 0
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type, int counter_type,
+                                         unsigned long long *count) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetTotalEccErrors", device, count, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    /* Only volatile uncorrected errors are simulated; corrected and aggregate read 0. */
+    *count = error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED && counter_type == NVML_VOLATILE_ECC
+                 ? st.health[device->index].ecc_uncorrected
+                 : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *pending) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetRetiredPagesPendingStatus", device, pending, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    *pending = st.health[device->index].retired_pending ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corr, unsigned int *unc,
+                                       unsigned int *pending, unsigned int *failure) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceGetRemappedRows", device, corr, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    if (unc == NULL || pending == NULL || failure == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *corr = st.health[device->index].remap[0];
+    *unc = st.health[device->index].remap[1];
+    *pending = st.health[device->index].remap[2];
+    *failure = st.health[device->index].remap[3];
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t throttle_reasons(const char *fn, nvmlDevice_t device,
+                                     unsigned long long *reasons) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device(fn, device, reasons, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    *reasons = st.health[device->index].throttle;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                    unsigned long long *reasons) {
+    return throttle_reasons("nvmlDeviceGetCurrentClocksEventReasons", device, reasons);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                       unsigned long long *reasons) {
+    return throttle_reasons("nvmlDeviceGetCurrentClocksThrottleReasons", device, reasons);
+}
+
+/* which: 0 current gen, 1 max gen, 2 current width, 3 max width. */
+static nvmlReturn_t pcie_link(const char *fn, nvmlDevice_t device, unsigned int *value,
+                              int which) {
+    static const unsigned int defaults[4] = {5, 5, 16, 16};
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device(fn, device, value, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    *value = st.health[device->index].link_set ? st.health[device->index].link[which]
+                                               : defaults[which];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen) {
+    return pcie_link("nvmlDeviceGetCurrPcieLinkGeneration", device, gen, 0);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen) {
+    return pcie_link("nvmlDeviceGetMaxPcieLinkGeneration", device, gen, 1);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *width) {
+    return pcie_link("nvmlDeviceGetCurrPcieLinkWidth", device, width, 2);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *width) {
+    return pcie_link("nvmlDeviceGetMaxPcieLinkWidth", device, width, 3);
+}
+
+#ifndef NO_EVENTS
+#define NVML_EVENT_TYPE_XID 8ULL
+
+typedef struct nvmlEventSet_st {
+    unsigned long long registered[MAX_GPUS]; /* event types asked for, per GPU */
+} *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+static struct nvmlEventSet_st event_set;
+/* How many "xid" lines of each GPU were delivered: the state file is re-read on every call. */
+static int xids_delivered[MAX_GPUS];
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    nvmlReturn_t ret = enter("nvmlEventSetCreate", -1);
+    if (ret != NVML_SUCCESS) return ret;
+    if (set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(&event_set, 0, sizeof event_set);
+    *set = &event_set;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                      nvmlEventSet_t set) {
+    struct gpu *gpu;
+    nvmlReturn_t ret = enter_device("nvmlDeviceRegisterEvents", device, set, &gpu);
+    if (ret != NVML_SUCCESS) return ret;
+    set->registered[device->index] |= types;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int ms) {
+    nvmlReturn_t ret = enter("nvmlEventSetWait_v2", -1);
+    (void)ms; /* nothing else can raise an event: answer at once instead of waiting */
+    if (ret != NVML_SUCCESS) return ret;
+    if (set == NULL || data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < st.xid_count; i++) {
+        unsigned int g = st.xids[i].gpu;
+        int seen = 0;
+        if (!(set->registered[g] & NVML_EVENT_TYPE_XID)) continue;
+        for (int j = 0; j < i; j++) seen += st.xids[j].gpu == g;
+        if (seen < xids_delivered[g]) continue;
+        xids_delivered[g]++;
+        memset(data, 0, sizeof *data);
+        handles[g].index = g;
+        data->device = &handles[g];
+        data->eventType = NVML_EVENT_TYPE_XID;
+        data->eventData = st.xids[i].code;
+        data->gpuInstanceId = data->computeInstanceId = ~0u;
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_TIMEOUT;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(set, 0, sizeof *set);
     return NVML_SUCCESS;
 }
 #endif

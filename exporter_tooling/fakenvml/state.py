@@ -78,3 +78,43 @@ def write_atomically(path: Path, data: bytes) -> None:
     temp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     temp.write_bytes(data)
     os.replace(temp, path)
+
+
+# --- GPU health lines (simulated_nvml.c's "health" block) ----------------------------------
+
+
+def xid_line(index: int, code: int) -> str:
+    """One ``xid`` line: one critical Xid event on GPU ``index``, delivered once.
+
+    The library counts what it delivered per GPU, so a writer keeps earlier ``xid`` lines
+    and appends new ones; removing lines does not re-deliver or undo anything.
+    """
+    return f"xid {index} {code}"
+
+
+def health_lines(
+    index: int,
+    *,
+    ecc_uncorrected: int = 0,
+    retired_pending: bool = False,
+    remap: tuple[int, int, int, int] = (0, 0, 0, 0),
+    throttle: int = 0,
+    pcie_link: tuple[int, int, int, int] = (5, 5, 16, 16),
+) -> list[str]:
+    """The health lines of GPU ``index``: ECC, retired pages, remapped rows, throttle, PCIe.
+
+    Args:
+        index: the GPU.
+        ecc_uncorrected: volatile uncorrected ECC errors.
+        retired_pending: pages wait to be retired (at the next GPU reset).
+        remap: remapped rows (correctable, uncorrectable, pending, failure).
+        throttle: clocks event reasons bitmask (nvml.h ``nvmlClocksEventReason*``).
+        pcie_link: PCIe link (generation, max generation, width, max width).
+    """
+    return [
+        f"ecc {index} {ecc_uncorrected}",
+        f"retired_pending {index} {int(retired_pending)}",
+        f"remap {index} {' '.join(map(str, remap))}",
+        f"throttle {index} {throttle}",
+        f"pcie_link {index} {' '.join(map(str, pcie_link))}",
+    ]

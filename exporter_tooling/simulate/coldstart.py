@@ -207,6 +207,9 @@ class ColdStart:
                 moved_at, last = time.monotonic(), read
             fraction = read / self.cfg.weights_bytes
             self._gpu = replace(self._gpu, weights_fraction=fraction)
+            xid_at = self.cfg.plan.xid_load_at
+            if xid_at is not None and fraction >= xid_at and self._gpu.xid is None:
+                self._gpu = replace(self._gpu, xid=79)  # GPU 0 fell off the bus
             crash_at = self.cfg.plan.crash_load_at
             if crash_at is not None and fraction >= crash_at:
                 self._fail(self.script.crash)

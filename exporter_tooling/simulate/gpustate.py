@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from exporter_tooling.fakenvml.state import gpu_line, proc_line, write_atomically
+from exporter_tooling.fakenvml.state import gpu_line, proc_line, write_atomically, xid_line
 from exporter_tooling.simulate.plan import GPU_NAME, MIB
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ class GpuLoad:
         graphs: CUDA graphs are captured (or being captured).
         util: GPU utilisation, percent.
         mem_util: memory-bandwidth utilisation, percent.
+        xid: an Xid code GPU 0 reported (delivered once by the fake's event API).
     """
 
     weights_fraction: float = 0.0
@@ -49,6 +50,7 @@ class GpuLoad:
     graphs: bool = False
     util: int = 0
     mem_util: int = 0
+    xid: int | None = None
 
 
 def weights_on_gpu(weights_bytes: int) -> int:
@@ -88,6 +90,8 @@ def render_gpu_state(
     ]
     if used > 0:
         lines += [proc_line(i, pid, used) for i, pid in enumerate(owners[:gpus])]
+    if load.xid is not None:
+        lines.append(xid_line(0, load.xid))
     return "\n".join(lines) + "\n"
 
 

@@ -42,6 +42,7 @@ class Scenario(enum.StrEnum):
     DOWNLOAD = "download"
     ORPHANED_WORKERS = "orphaned-workers"
     HANG_DOWNLOADING = "hang-downloading"
+    XID_LOADING = "xid-loading"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,9 @@ class ScenarioPlan:
         hang_download_at: fraction of the download after which it stops for good.
         orphan_workers: the crash leaves the workers alive, holding their GPU memory, for
             four ``--flap-seconds`` (vLLM and Dynamo issues report such leftovers).
+        xid_load_at: fraction of the weights after which GPU 0 reports Xid 79 (fallen off
+            the bus) through the fake NVML's event API; with ``hang_load_at`` the load hangs
+            there, as a real one does when its GPU is gone.
     """
 
     rate_factor: float = 1.0
@@ -78,6 +82,7 @@ class ScenarioPlan:
     download: bool = False
     hang_download_at: float | None = None
     orphan_workers: bool = False
+    xid_load_at: float | None = None
 
 
 SCENARIOS: Final[dict[Scenario, ScenarioPlan]] = {
@@ -93,6 +98,7 @@ SCENARIOS: Final[dict[Scenario, ScenarioPlan]] = {
     Scenario.DOWNLOAD: ScenarioPlan(download=True),
     Scenario.ORPHANED_WORKERS: ScenarioPlan(crash_load_at=0.5, orphan_workers=True),
     Scenario.HANG_DOWNLOADING: ScenarioPlan(download=True, hang_download_at=0.5),
+    Scenario.XID_LOADING: ScenarioPlan(hang_load_at=0.5, xid_load_at=0.4),
 }
 
 

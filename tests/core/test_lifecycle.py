@@ -612,3 +612,23 @@ def test_a_model_the_server_gave_up_on_fails_the_start_naming_it_and_why():
     assert failed.reason == "model mistral failed to load"
     assert failed.reason_detail == "model mistral (version 1): load failed: CUDA out of memory"
     assert failed.engine_report is not None and len(failed.engine_report.models) == 2
+
+
+def test_a_critical_gpu_error_fails_the_start_with_the_event_as_detail():
+    xid = "Xid 79 on GPU 0 (GPU has fallen off the bus)"
+    trace = healthy_start()[:3] + [
+        (3, dict(process=proc(read=3 * GiB), health=REFUSED, gpu_errors=(xid,)))
+    ]
+    final = run_trace(trace)[-1]
+    assert final.phase is Phase.FAILED
+    assert final.failure_reason is FailureReason.GPU_ERROR
+    assert final.reason_detail == xid
+    assert dict(final.counters.start_failures) == {FailureReason.GPU_ERROR: 1}
+
+
+def test_a_gpu_error_while_serving_leaves_the_verdict_to_the_health_probe():
+    # A contained error may kill nothing the server needs: only failing probes degrade it.
+    trace = healthy_start() + [(20, dict(process=proc(), health=OK, gpu_errors=("Xid 94",)))]
+    final = run_trace(trace)[-1]
+    assert final.phase in (Phase.READY, Phase.SERVING)
+    assert final.failure_reason is None

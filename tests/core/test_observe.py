@@ -152,3 +152,35 @@ def test_a_replaced_or_exited_instance_leaves_its_last_live_tree_behind():
     failed = TargetReadings(process=None, process_error="permission_denied")
     note_instance(w2, failed)  # the source failing says nothing about the instance
     assert w2.pids == {20}
+
+
+def test_gpu_errors_concern_only_the_gpus_a_target_uses_and_are_seen_once():
+    lost = GpuSample(2, "GPU-2", "H200", False, error="gpu_lost")
+    gpu = GpuReading(
+        gpus=(
+            GpuSample(0, "GPU-0", "H200", True, xids=(79, 13)),
+            GpuSample(1, "GPU-1", "H200", True, xids=(48,), ecc_uncorrected_new=2),
+            lost,
+        ),
+        processes=(GpuProcess(0, 10, 3 * GIB),),
+    )
+    attribution = attribute_gpu_memory(gpu, {"vllm": PROC.pids})
+    readings = TargetReadings(process=PROC)
+
+    held = observe("vllm", world(), readings, host_readings({}), gpu, attribution, gpus=None, now=1)
+    named = observe(
+        "vllm", world(), readings, host_readings({}), gpu, attribution, gpus={1, 2}, now=1
+    )
+    stale = replace(gpu, stale=True)
+    again = observe(
+        "vllm", world(), readings, host_readings({}), stale, attribution, gpus=None, now=2
+    )
+
+    # on the GPU it holds memory on: the critical Xid 79 only (13 is an application's fault)
+    assert held.observation.gpu_errors == ("Xid 79 on GPU 0 (GPU has fallen off the bus)",)
+    assert named.observation.gpu_errors == (
+        "Xid 48 on GPU 1 (Double-bit ECC error)",
+        "2 uncorrectable ECC error(s) on GPU 1",
+        "GPU 2 is lost (NVML_ERROR_GPU_IS_LOST)",
+    )
+    assert again.observation.gpu_errors == ()  # a stale reading's events were seen already

@@ -18,13 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from exporter.core.model import GpuReading
+from exporter.core.model import GpuReading, GpuSample
 from exporter.core.observe import attribute_gpu_memory
 from exporter.errors import SourceError
 from exporter.sources.gpu import GpuSource
 from exporter.sources.gpu_amd import AmdGpuSource, amdsmi_library_present
+from exporter.sources.nvml_protocol import HEALTH_READINGS
 from exporter_tooling import fakeamdsmi, fakenvml
-from exporter_tooling.fakenvml import write_state
+from exporter_tooling.fakenvml import health_lines, write_state, xid_line
 
 # The child tries torch, then the CUDA runtime, then HIP (ROCm), then the CUDA driver API
 # (libcuda ships with the driver, so the last one works on any host where NVML does).
@@ -177,6 +178,40 @@ def report_timing(source: GpuSource, samples: int) -> None:
     print(f"sample of {gpus} GPUs: median={median:.3f} ms over {samples} samples")
 
 
+def describe_health(gpu: GpuSample) -> str:
+    """One line: what each health call returned on this GPU, or that it is unsupported."""
+    throttle = gpu.throttle_reasons
+    values = {
+        "xid_events": f"registered, counts={dict(gpu.xid_counts)}",
+        "ecc": f"uncorrected_volatile={gpu.ecc_uncorrected_volatile}",
+        "retired_pages": f"pending={gpu.retired_pages_pending}",
+        "remapped_rows": f"uncorrectable={gpu.remapped_rows_uncorrectable} "
+        f"pending={gpu.remapped_rows_pending} failed={gpu.remapped_rows_failed}",
+        "throttle": f"reasons={None if throttle is None else hex(throttle)}",
+        "pcie_link": f"gen={gpu.pcie_link_generation}/{gpu.pcie_link_generation_max} "
+        f"width={gpu.pcie_link_width}/{gpu.pcie_link_width_max}",
+    }
+    said = [
+        f"{name}: {'unsupported' if name in gpu.unsupported else values[name]}"
+        for name in HEALTH_READINGS
+    ]
+    return f"gpu {gpu.index} health " + "; ".join(said)
+
+
+def check_simulated_health(source: GpuSource, state: Path) -> str | None:
+    """Queue an Xid 79 and sick readings on simulated GPU 0; None when all came through."""
+    sick = health_lines(
+        0, ecc_uncorrected=2, remap=(0, 1, 1, 0), throttle=0x80, pcie_link=(4, 5, 8, 16)
+    )
+    lines = state.read_text().splitlines()
+    write_state(state, [*lines, *sick, xid_line(0, 79)])
+    gpu = first_reading(source).gpus[0]
+    got = (gpu.xids, gpu.ecc_uncorrected_volatile, gpu.remapped_rows_pending, gpu.throttle_reasons)
+    got += (gpu.pcie_link_generation, gpu.pcie_link_width)
+    want = ((79,), 2, True, 0x80, 4, 8)
+    return None if got == want else f"FAIL: simulated GPU health read {got}, expected {want}"
+
+
 #: Per vendor: its source, its fake library's state variable and builder (for --simulate).
 VENDORS = {
     "nvidia": (GpuSource, fakenvml.STATE_ENV, fakenvml.build_simulated_nvml),
@@ -215,9 +250,13 @@ def check(vendor: str, args: argparse.Namespace, work: Path) -> tuple[bool, str]
                 print(
                     f"{vendor} gpu {gpu.index} {gpu.name} used={gpu.memory_used_bytes} "
                     f"total={gpu.memory_total_bytes} util={gpu.utilization_ratio} "
-                    f"pcie_rx={gpu.pcie_rx_bytes_per_second} "
-                    f"ecc_uncorrectable={gpu.ecc_uncorrectable_errors}"
+                    f"pcie_rx={gpu.pcie_rx_bytes_per_second}"
                 )
+                # On a real host an unsupported call is reported, never a failure.
+                print(f"{vendor} {describe_health(gpu)}")
+            if ok and state is not None and vendor == "nvidia":
+                failed = check_simulated_health(source, state)
+                ok, verdict = (False, failed) if failed else (ok, verdict)
             print_migs(source.last_reading, child.pid)
             report_timing(source, args.samples)
     except SourceError as exc:

@@ -186,3 +186,30 @@ def test_exporter_restart_mid_load_keeps_start_time_phase_and_history(tmp_path):
         finally:
             store.close()
         assert [s.outcome for s in starts] == ["ready"]
+
+
+def test_xid_79_during_loading_fails_the_start_with_gpu_error(tmp_path, nvml_dir):
+    """The simulated GPU 0 reports Xid 79 at 40% of the weights (through the fake NVML's
+    event API and the real pynvml binding); the load then hangs, as a real one does."""
+    with (
+        simulator(tmp_path, scenario="xid-loading", gpus=2) as sim,
+        exporter(
+            tmp_path,
+            target_toml("t", sim),
+            interval=INTERVAL,
+            env={"SIMULATED_NVML_STATE": str(sim.gpu_state)},
+            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+        ) as exp,
+    ):
+        doc = exp.wait_for(lambda t: t["phase"] == "failed", "t", timeout=30)
+        assert doc["failure_reason"] == "gpu_error"
+        assert doc["reason_detail"] == "Xid 79 on GPU 0 (GPU has fallen off the bus)"
+        metrics = exp.metrics()
+        assert re.search(
+            r'inference_gpu_xid_errors_total\{gpu="0",uuid="GPU-[^"]+",xid="79"\} 1\.0', metrics
+        )
+        assert 'inference_gpu_xid_errors_total{gpu="1"' not in metrics
+        assert 'inference_server_start_failures_total{reason="gpu_error",target="t"} 1.0' in metrics
+        health = [g["health"] for g in exp.status()["gpus"]]
+        assert [h["xid_errors"] for h in health] == [{"79": 1}, {}]
+        assert health[0]["pcie_link"] == "Gen5 x16 (max Gen5 x16)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -127,7 +127,20 @@ def snapshot():
             memory_utilization_ratio=None if i == 2 else 0.01,
             pcie_rx_bytes_per_second=None if i == 2 else 24e9,
             error="gpu_lost" if i == 3 else None,
-            ecc_uncorrectable_errors=2 if i == 1 else None,
+            # GPU 1 fell off the bus once and throttles on power; GPU 2 has an old driver
+            xid_counts=(("79", 1),) if i == 1 else (),
+            ecc_uncorrected_volatile=None if i == 2 else 0,
+            retired_pages_pending=None if i == 2 else False,
+            remapped_rows_pending=None if i == 2 else i == 1,
+            remapped_rows_failed=None if i == 2 else False,
+            throttle_reasons=None if i == 2 else (0x84 if i == 1 else 0),
+            pcie_link_generation=None if i == 2 else 5,
+            pcie_link_generation_max=None if i == 2 else 5,
+            pcie_link_width=None if i == 2 else (4 if i == 1 else 16),
+            pcie_link_width_max=None if i == 2 else 16,
+            unsupported=("ecc", "pcie_link", "remapped_rows", "retired_pages", "throttle")
+            if i == 2
+            else (),
         )
         for i in range(4)
     )
@@ -311,6 +324,8 @@ def test_labels_are_bounded_and_secret_free():
         "pod",
         "container",
         "vendor",
+        "xid",
+        "reading",
     }
     assert "4242" not in text  # never a pid
     # a discovered target's place in Kubernetes is joined on, never repeated per series
@@ -329,13 +344,23 @@ def _without_optional_features(t: TargetSnapshot) -> TargetSnapshot:
     return replace(t, state=state, orphaned_gpu_memory_bytes=())
 
 
+def _without_health(g: GpuSample) -> GpuSample:
+    """The GPU as a driver without any health call reports it (every field up to ``error``)."""
+    names = [f.name for f in fields(GpuSample)]
+    return GpuSample(**{name: getattr(g, name) for name in names[: names.index("error") + 1]})
+
+
 def test_series_budget_two_targets_eight_gpus_under_200():
     """STYLE.md's budget for the base host; each optional feature adds a bounded few."""
     snap = snapshot()
-    gpus = tuple(replace(snap.gpus[0], index=i, uuid=f"GPU-{i}") for i in range(8))
+    healthy = tuple(replace(snap.gpus[0], index=i, uuid=f"GPU-{i}") for i in range(8))
+    gpus = tuple(map(_without_health, healthy))
     base = replace(snap, gpus=gpus, targets=tuple(map(_without_optional_features, snap.targets)))
     typical = _series(base)
     assert typical < 200, typical
+    # GPU health where the driver gives all of it: ECC, retired pages, two remap flags, five
+    # throttle reasons and four PCIe link gauges per GPU (Xid counters only once one came)
+    assert _series(replace(base, gpus=healthy)) - typical == 8 * 13
     # one target woke once, reports its load time and has one GPU held by its leftovers
     added = _series(replace(snap, gpus=gpus)) - typical
     assert added == (len(WAKE_BUCKETS) + 3) + 2 + 1, added

@@ -28,10 +28,12 @@ from exporter.sources.gpu import GpuSource
 from exporter_tooling.fakenvml import (
     STATE_ENV,
     build_simulated_nvml,
+    health_lines,
     mig_line,
     mig_mode_line,
     mig_proc_line,
     write_state,
+    xid_line,
 )
 from tests.gpu.check_real_gpu import first_reading as eventually
 
@@ -46,7 +48,7 @@ def nvml_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("simulated-nvml")
     return {
         variant: str(build_simulated_nvml(root / variant, variant=variant).parent)
-        for variant in ("default", "no_v3", "no_v3_v2", "no_mig")
+        for variant in ("default", "no_v3", "no_v3_v2", "no_mig", "no_events")
     }
 
 
@@ -140,6 +142,17 @@ def test_eight_gpus_report_every_field(make_source, state):
         utilization_ratio=0.7,
         memory_utilization_ratio=0.07,
         pcie_rx_bytes_per_second=0.0,
+        # the simulated GPU is healthy: no errors, no throttling, a Gen5 x16 link
+        ecc_uncorrected_volatile=0,
+        retired_pages_pending=False,
+        remapped_rows_uncorrectable=0,
+        remapped_rows_pending=False,
+        remapped_rows_failed=False,
+        throttle_reasons=0,
+        pcie_link_generation=5,
+        pcie_link_generation_max=5,
+        pcie_link_width=16,
+        pcie_link_width_max=16,
     )
     assert reading.gpus[3].memory_reserved_bytes == 512 << 20
     assert reading.gpus[5].pcie_rx_bytes_per_second == 250000 * 1024  # NVML says KB/s
@@ -620,3 +633,117 @@ def test_a_lost_mig_gpu_is_down_with_no_slices_left_and_a_refused_slice_is_skipp
     assert GpuProcess(0, 4242, 20 * GIB) in refused.processes
     assert not lost.gpus[0].up and lost.migs == ()
     assert [p.gpu_index for p in lost.processes] == [1]
+
+
+# --- GPU health: Xid events, ECC, retired pages, row remaps, throttle, PCIe link -------------
+
+
+@pytest.mark.integration
+def test_health_readings_come_through_the_real_binding(make_source, state):
+    sick = health_lines(
+        1,
+        ecc_uncorrected=2,
+        retired_pending=True,
+        remap=(3, 1, 1, 0),
+        throttle=0x80 | 0x4,  # power brake and software power cap
+        pcie_link=(4, 5, 8, 16),
+    )
+    write_state(state, [gpu_line(0), gpu_line(1), *sick])
+
+    healthy, gpu1 = eventually(make_source()).gpus
+
+    assert (healthy.ecc_uncorrected_volatile, healthy.throttle_reasons) == (0, 0)
+    assert (gpu1.ecc_uncorrected_volatile, gpu1.retired_pages_pending) == (2, True)
+    assert (gpu1.remapped_rows_uncorrectable, gpu1.remapped_rows_pending) == (1, True)
+    assert gpu1.remapped_rows_failed is False
+    assert gpu1.throttle_reasons == 0x84
+    assert (gpu1.pcie_link_generation, gpu1.pcie_link_generation_max) == (4, 5)
+    assert (gpu1.pcie_link_width, gpu1.pcie_link_width_max) == (8, 16)
+    assert gpu1.unsupported == () and gpu1.ecc_uncorrected_new == 0  # first sight: no growth
+
+
+@pytest.mark.integration
+def test_xid_events_are_delivered_once_and_counted_by_code(make_source, state):
+    source = make_source()
+    base = [gpu_line(0), gpu_line(1)]
+    write_state(state, base)
+    eventually(source)  # registered for events from here on
+
+    write_state(state, [*base, xid_line(1, 79), xid_line(1, 48), xid_line(0, 999)])
+    first = source.sample()
+    write_state(state, [*base, xid_line(1, 79), xid_line(1, 48), xid_line(0, 999), xid_line(1, 79)])
+    second = source.sample()
+    third = source.sample()
+
+    assert [g.xids for g in first.gpus] == [(999,), (79, 48)]
+    assert [g.xids for g in second.gpus] == [(), (79,)]
+    assert [g.xids for g in third.gpus] == [(), ()]  # each event once
+    assert third.gpus[0].xid_counts == (("other", 1),)  # an unknown code keeps the label bounded
+    assert third.gpus[1].xid_counts == (("48", 1), ("79", 2))
+
+
+@pytest.mark.integration
+def test_uncorrectable_ecc_growth_is_reported_once(make_source, state):
+    source = make_source()
+    write_state(state, [gpu_line(0), *health_lines(0, ecc_uncorrected=1)])
+    eventually(source)
+
+    write_state(state, [gpu_line(0), *health_lines(0, ecc_uncorrected=4)])
+    grown = source.sample().gpus[0]
+    steady = source.sample().gpus[0]
+
+    assert (grown.ecc_uncorrected_volatile, grown.ecc_uncorrected_new) == (4, 3)
+    assert (steady.ecc_uncorrected_volatile, steady.ecc_uncorrected_new) == (4, 0)
+
+
+@pytest.mark.integration
+def test_without_the_event_api_everything_else_works_and_the_source_says_so(
+    make_source, state, caplog
+):
+    # An older driver: libnvidia-ml.so.1 has no nvmlEventSetCreate, so the binding raises
+    # FUNCTION_NOT_FOUND; the Xid counter is absent and the rest is read as usual.
+    caplog.set_level(logging.WARNING, "exporter.sources.gpu")
+    source = make_source("no_events")
+    write_state(state, [gpu_line(0, used=3 * GIB), "proc 0 4242 3221225472", xid_line(0, 79)])
+
+    eventually(source)
+    reading = source.sample()
+
+    gpu = reading.gpus[0]
+    assert gpu.up and gpu.memory_used_bytes == 3 * GIB and gpu.pcie_link_width == 16
+    assert reading.processes == (GpuProcess(0, 4242, 3 * GIB),)
+    assert gpu.unsupported == ("xid_events",) and gpu.xids == ()
+    said = [r.getMessage() for r in caplog.records if "unsupported" in r.getMessage()]
+    assert len(said) == 1 and "reading=xid_events" in said[0]
+
+
+@pytest.mark.integration
+def test_an_unsupported_health_call_leaves_only_its_reading_out(make_source, state):
+    write_state(
+        state,
+        [gpu_line(0), gpu_line(1), "not_supported nvmlDeviceGetRemappedRows 0"]
+        + ["error nvmlDeviceGetCurrentClocksEventReasons 13"],  # FUNCTION_NOT_FOUND: older name
+    )
+
+    gpu0, gpu1 = eventually(make_source()).gpus
+
+    assert (gpu0.remapped_rows_pending, gpu0.remapped_rows_failed) == (None, None)
+    assert gpu0.unsupported == ("remapped_rows",)
+    assert gpu1.remapped_rows_pending is False and gpu1.unsupported == ()
+    # the older ...ThrottleReasons symbol answers instead of the newer ...EventReasons
+    assert (gpu0.throttle_reasons, gpu1.throttle_reasons) == (0, 0)
+    assert gpu0.ecc_uncorrected_volatile == 0 and gpu0.pcie_link_generation == 5
+
+
+@pytest.mark.integration
+def test_an_xid_from_a_gpu_that_is_then_lost_is_still_reported(make_source, state):
+    source = make_source()
+    write_state(state, [gpu_line(0), gpu_line(1)])
+    eventually(source)
+
+    write_state(state, [gpu_line(0), gpu_line(1), xid_line(0, 79), "lost 0"])
+    gone, other = source.sample().gpus
+
+    assert (gone.up, gone.error, gone.xids) == (False, "gpu_lost", (79,))
+    assert gone.xid_counts == (("79", 1),)
+    assert other.up and other.xids == () and other.pcie_link_width == 16

@@ -89,10 +89,10 @@ def test_vram_activity_and_ecc_of_each_gpu_come_through_the_real_binding(make_so
         utilization_ratio=0.87,
         memory_utilization_ratio=0.12,
         vendor="amd",
-        ecc_uncorrectable_errors=2,
+        ecc_uncorrected_volatile=2,
     )
     # GPU 1 reports no RAS counts: absent, never a fake 0.
-    assert (second.memory_used_bytes, second.ecc_uncorrectable_errors) == (3 * GIB, None)
+    assert (second.memory_used_bytes, second.ecc_uncorrected_volatile) == (3 * GIB, None)
 
 
 @pytest.mark.integration
