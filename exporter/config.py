@@ -247,6 +247,11 @@ class DockerDiscovery:
     probe_timeout_seconds: float = 0.8
 
 
+#: ``gpu_health_metrics`` values. "problems" keeps a healthy host within the series budget
+#: (STYLE.md: under 200 for two targets on eight GPUs); "all" adds 13 series per GPU.
+GPU_HEALTH_METRICS: Final = ("problems", "all")
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The whole validated config file."""
@@ -260,6 +265,8 @@ class Settings:
     #: Watch AMD GPUs through amd-smi when its library is found (auto-detected).
     amdsmi: bool = True
     amdsmi_library_dir: str | None = None
+    #: Which GPU health series to export: "problems" (a series while it shows one) or "all".
+    gpu_health_metrics: str = "problems"
     kubernetes: KubernetesDiscovery | None = None
     docker: DockerDiscovery | None = None
 
@@ -859,6 +866,9 @@ def parse_settings(
     amdsmi = ex.bool_field("amdsmi", True)
     amdsmi_library_dir = ex.optional_str("amdsmi_library_dir")
     ex.check("amdsmi_library_dir", amdsmi_library_dir, _check_file_path)
+    gpu_health_metrics = ex.str_field("gpu_health_metrics", "problems")
+    if gpu_health_metrics not in GPU_HEALTH_METRICS:
+        ex.fail("gpu_health_metrics", f"must be one of {', '.join(GPU_HEALTH_METRICS)}")
     ex.reject_unknown()
     targets = _read_targets(path, errors, target_tables, interval)
     discovery = top.sub("discovery", discovery_table)
@@ -890,6 +900,7 @@ def parse_settings(
         nvml_library_dir=nvml_library_dir,
         amdsmi=amdsmi,
         amdsmi_library_dir=amdsmi_library_dir,
+        gpu_health_metrics=gpu_health_metrics,
         kubernetes=kubernetes,
         docker=docker,
     )

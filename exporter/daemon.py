@@ -351,6 +351,7 @@ class Daemon:
             tick_duration_seconds=took,
             tick_overruns=self._overruns.total,
             version=__version__,
+            all_gpu_health=self.settings.gpu_health_metrics == "all",
         )
         self.latest = snap  # one reference swap: scrapes see the old or the new, never half
         self._ticks += 1

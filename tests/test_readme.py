@@ -9,7 +9,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The main golden file, and the MIG one whose MIG families the main one renders empty.
+#: The main golden file, and the MIG one (with every GPU health reading) whose MIG and
+#: healthy-GPU series the main one renders empty.
 GOLDENS = (
     ROOT / "tests/fixtures/metrics/two-targets-four-gpus.prom",
     ROOT / "tests/fixtures/metrics/mig-two-slices.prom",

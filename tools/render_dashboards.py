@@ -208,6 +208,11 @@ def cold_start() -> dash.Dashboard:
     )
 
 
+def _healthy_zero(metric: str) -> str:
+    """A health series, or 0 for each GPU that does not export it (a healthy one, by default)."""
+    return f"{metric}{{{HOST}}} or on (gpu) (0 * inference_gpu_up{{{HOST}}})"
+
+
 def _gpu_health() -> list[Panel]:
     """The host's GPUs: the hardware events that fail a start (reason gpu_error) and slow ones."""
     return [
@@ -225,27 +230,36 @@ def _gpu_health() -> list[Panel]:
             "ECC and row remaps",
             "short",
             query(
-                f"inference_gpu_ecc_uncorrected_volatile_errors_total{{{HOST}}}",
+                _healthy_zero("inference_gpu_ecc_uncorrected_volatile_errors_total"),
                 "GPU {{gpu}} uncorrectable ECC",
             ),
-            query(f"inference_gpu_remapped_rows_pending{{{HOST}}}", "GPU {{gpu}} remap pending"),
-            query(f"inference_gpu_remapped_rows_failed{{{HOST}}}", "GPU {{gpu}} remap failed"),
             query(
-                f"inference_gpu_retired_pages_pending{{{HOST}}}", "GPU {{gpu}} retirement pending"
+                _healthy_zero("inference_gpu_remapped_rows_pending"), "GPU {{gpu}} remap pending"
             ),
-            desc="Pending: a GPU reset makes the repair take effect. Failed: replace the GPU.",
+            query(_healthy_zero("inference_gpu_remapped_rows_failed"), "GPU {{gpu}} remap failed"),
+            query(
+                _healthy_zero("inference_gpu_retired_pages_pending"),
+                "GPU {{gpu}} retirement pending",
+            ),
+            desc="Pending: a GPU reset makes the repair take effect. Failed: replace the GPU. "
+            "By default these series exist only while they show a problem (0 otherwise).",
         ),
         series(
             "GPUs throttled, by reason",
             "short",
-            query(f"sum by (reason) (inference_gpu_clock_throttle_active{{{HOST}}})", "{{reason}}"),
+            query(
+                f"sum by (reason) (inference_gpu_clock_throttle_active{{{HOST}}})"
+                ' or label_replace(vector(0), "reason", "none", "", "")',
+                "{{reason}}",
+            ),
             desc="Power brake or hardware slowdown during a load makes it slow, not stalled.",
         ),
         series(
             "PCIe link width of max",
             "percentunit",
             query(
-                f"inference_gpu_pcie_link_width{{{HOST}}} / inference_gpu_pcie_link_width_max",
+                f"inference_gpu_pcie_link_width{{{HOST}}} / inference_gpu_pcie_link_width_max"
+                f" or on (gpu) (1 + 0 * inference_gpu_up{{{HOST}}})",
                 "GPU {{gpu}}",
             ),
             desc="Under 100 %: the link trained narrower (a bad slot or riser), so weights load "

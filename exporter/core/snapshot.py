@@ -83,6 +83,7 @@ class Snapshot:
         tick_overruns: ticks since start that took longer than the interval.
         version: exporter version, for ``inference_exporter_build_info``.
         migs: the MIG devices of MIG-enabled GPUs in the latest GPU sample.
+        all_gpu_health: export every GPU health reading, not only those showing a problem.
     """
 
     taken_at: float
@@ -99,3 +100,4 @@ class Snapshot:
     version: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     migs: tuple[MigSample, ...] = ()
+    all_gpu_health: bool = False

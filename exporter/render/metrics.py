@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from exporter.core.gpuhealth import throttle_active
 from exporter.core.lifecycle import Histogram, observed_load_seconds
-from exporter.core.model import FailureReason, LogClass, Phase, ProbeKind
+from exporter.core.model import FailureReason, GpuSample, LogClass, Phase, ProbeKind
 from exporter.core.snapshot import Snapshot, TargetSnapshot
 
 _TICK_NOTE: Final = " (as of the last sampling tick)"
@@ -538,12 +538,23 @@ _HEALTH_GAUGES: Final = (
         "Widest PCIe link of the GPU and its slot, in lanes.",
     ),
 )
+_HEALTH_GAUGE_FIELDS: Final = tuple(field for field, _, _ in _HEALTH_GAUGES)
+#: The 0/1 repair flags: shown while 1 (the PCIe link gauges while the link is narrowed).
+_HEALTH_FLAG_FIELDS: Final = (
+    "retired_pages_pending",
+    "remapped_rows_pending",
+    "remapped_rows_failed",
+)
 
 
 def gpu_health_families(snap: Snapshot) -> Iterator[Metric]:
     """Per-GPU health: Xid and ECC counters, row remaps, throttle reasons, PCIe link.
 
-    A reading the GPU or driver lacks is absent and named in ``..._health_unsupported``.
+    By default a series is there while it shows a problem (an Xid counted, uncorrectable ECC
+    errors, a pending or failed repair, an active throttle reason, a link narrower than its
+    max), so a healthy host adds none and keeps STYLE.md's series budget; alert rules compare
+    against a problem, so a missing series is a healthy GPU. ``all_gpu_health`` exports every
+    reading (13 series a GPU), and names the readings the GPU or driver cannot give.
     """
     labels = ["gpu", "uuid"]
     xids = CounterMetricFamily(
@@ -569,21 +580,33 @@ def gpu_health_families(snap: Snapshot) -> Iterator[Metric]:
         "1 for a health reading this GPU or driver cannot give (its metric is absent).",
         (*labels, "reading"),
     )
+    every = snap.all_gpu_health
     for g in snap.gpus:
         key = [str(g.index), g.uuid]
         for label, count in g.xid_counts:
             xids.add_metric([*key, label], float(count))
-        for reading in g.unsupported:
+        for reading in g.unsupported if every else ():
             unsupported.add_metric([*key, reading], 1.0)
         if not g.up:
             continue
-        if g.ecc_uncorrected_volatile is not None:
+        if g.ecc_uncorrected_volatile is not None and (every or g.ecc_uncorrected_volatile):
             ecc.add_metric(key, float(g.ecc_uncorrected_volatile))
-        for field, family in gauges.items():
+        shown = _HEALTH_GAUGE_FIELDS if every or _link_narrowed(g) else _HEALTH_FLAG_FIELDS
+        for field in shown:
             value = getattr(g, field)
-            if value is not None:
-                family.add_metric(key, float(value))
+            if value is not None and (every or value):
+                gauges[field].add_metric(key, float(value))
         if g.throttle_reasons is not None:
             for reason, active in throttle_active(g.throttle_reasons).items():
-                throttle.add_metric([*key, reason], 1.0 if active else 0.0)
+                if every or active:
+                    throttle.add_metric([*key, reason], 1.0 if active else 0.0)
     yield from (xids, ecc, *gauges.values(), throttle, unsupported)
+
+
+def _link_narrowed(g: GpuSample) -> bool:
+    """The PCIe link runs on fewer lanes than GPU and slot allow (a bad slot or riser).
+
+    Width only: the generation trains down at idle to save power, which is no problem.
+    """
+    width, widest = g.pcie_link_width, g.pcie_link_width_max
+    return width is not None and widest is not None and width < widest

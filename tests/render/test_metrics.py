@@ -193,7 +193,11 @@ MIG_B = "MIG-8f2d6c3a-1e4b-5a77-b0c2-9d6e4f1a2b33"
 
 
 def mig_snapshot() -> Snapshot:
-    """GPU 0 cut into two 3g.71gb slices, kimi on the first; GPU 1 MIG-capable but off."""
+    """GPU 0 cut into two 3g.71gb slices, kimi on the first; GPU 1 MIG-capable but off.
+
+    This host also exports every GPU health reading (``gpu_health_metrics = "all"``), so the
+    two golden files show both ways of exporting health.
+    """
     snap = snapshot()
     gpus = (
         replace(snap.gpus[0], mig_enabled=True, mig_pending=True),
@@ -205,7 +209,9 @@ def mig_snapshot() -> Snapshot:
         MigSample(0, MIG_B, 2, 0, "3g.71gb", None, None),  # its memory call failed
     )
     kimi = replace(snap.targets[0], mig_memory_bytes=((MIG_A, 30 * GiB),))
-    return replace(snap, gpus=gpus, migs=migs, targets=(kimi, *snap.targets[1:]))
+    return replace(
+        snap, gpus=gpus, migs=migs, targets=(kimi, *snap.targets[1:]), all_gpu_health=True
+    )
 
 
 @pytest.mark.parametrize(
@@ -358,9 +364,11 @@ def test_series_budget_two_targets_eight_gpus_under_200():
     base = replace(snap, gpus=gpus, targets=tuple(map(_without_optional_features, snap.targets)))
     typical = _series(base)
     assert typical < 200, typical
-    # GPU health where the driver gives all of it: ECC, retired pages, two remap flags, five
-    # throttle reasons and four PCIe link gauges per GPU (Xid counters only once one came)
-    assert _series(replace(base, gpus=healthy)) - typical == 8 * 13
+    # GPU health where the driver gives all of it: by default a healthy GPU adds no series
+    assert _series(replace(base, gpus=healthy)) == typical
+    # gpu_health_metrics = "all": ECC, retired pages, two remap flags, five throttle reasons
+    # and four PCIe link gauges per GPU (Xid counters only once one came)
+    assert _series(replace(base, gpus=healthy, all_gpu_health=True)) - typical == 8 * 13
     # one target woke once, reports its load time and has one GPU held by its leftovers
     added = _series(replace(snap, gpus=gpus)) - typical
     assert added == (len(WAKE_BUCKETS) + 3) + 2 + 1, added
@@ -388,3 +396,36 @@ def test_cold_start_histogram_counts_a_finished_start():
         'inference_server_cold_start_duration_seconds_bucket{le="60.0",target="kimi"} 0.0' in text
     )
     assert 'inference_server_last_cold_start_duration_seconds{target="kimi"} 100.0' in text
+
+
+def test_gpu_health_shows_a_problem_only_while_it_lasts_unless_all_are_asked_for():
+    snap = snapshot()  # GPU 1: Xid 79, remap pending, throttled, x4 of x16; GPU 0: healthy
+    default = render(snap)
+    every = render(replace(snap, all_gpu_health=True))
+
+    def gpu_series(text: str, gpu: str) -> set[str]:
+        return {
+            line.split("{")[0]
+            for line in text.splitlines()
+            if line.startswith("inference_gpu_")
+            and f'gpu="{gpu}"' in line
+            and not line.startswith(("inference_gpu_up", "inference_gpu_info", "inference_gpu_mem"))
+            and "utilization" not in line
+            and "pcie_rx" not in line
+        }
+
+    assert gpu_series(default, "0") == set()  # a healthy GPU: no health series at all
+    assert gpu_series(default, "1") == {
+        "inference_gpu_xid_errors_total",
+        "inference_gpu_remapped_rows_pending",
+        "inference_gpu_clock_throttle_active",
+        "inference_gpu_pcie_link_generation",
+        "inference_gpu_pcie_link_generation_max",
+        "inference_gpu_pcie_link_width",
+        "inference_gpu_pcie_link_width_max",
+    }
+    assert 'reason="sw_thermal_slowdown"' not in default  # only the active reasons
+    assert 'reason="sw_thermal_slowdown"' in every
+    assert "inference_gpu_health_unsupported{" not in default
+    assert "inference_gpu_ecc_uncorrected_volatile_errors_total" in gpu_series(every, "0")
+    assert 'inference_gpu_health_unsupported{gpu="2"' in every
