@@ -253,7 +253,12 @@ def check(vendor: str, args: argparse.Namespace, work: Path) -> tuple[bool, str]
                     f"pcie_rx={gpu.pcie_rx_bytes_per_second}"
                 )
                 # On a real host an unsupported call is reported, never a failure.
-                print(f"{vendor} {describe_health(gpu)}")
+                if vendor == "nvidia":
+                    print(f"{vendor} {describe_health(gpu)}")
+                else:  # amd-smi gives RAS totals only; the rest is NVML's
+                    print(
+                        f"{vendor} gpu {gpu.index} ecc_uncorrected={gpu.ecc_uncorrected_volatile}"
+                    )
             if ok and state is not None and vendor == "nvidia":
                 failed = check_simulated_health(source, state)
                 ok, verdict = (False, failed) if failed else (ok, verdict)
