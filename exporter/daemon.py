@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from exporter import __version__
 from exporter.config import Settings, Target
@@ -51,9 +51,6 @@ from exporter.core.observe import (
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.core.trail import Trails, follow
-from exporter.discovery.docker import ContainerWatcher
-from exporter.discovery.kubernetes import PodWatcher, load_credentials
-from exporter.discovery.watch import Discovery
 from exporter.errors import ConfigErrors
 from exporter.history import History
 from exporter.sdnotify import Notifier
@@ -64,6 +61,9 @@ from exporter.sources.logs import FileLogSource, LogSource, make_log_source
 from exporter.sources.pressure import MemoryPressureSource
 from exporter.sources.probe import Prober
 from exporter.sources.process import ProcessSource
+
+if TYPE_CHECKING:
+    from exporter.discovery.watch import Discovery
 
 log = logging.getLogger(__name__)
 T_ = TypeVar("T_")
@@ -704,6 +704,10 @@ def _start_discoveries(
 
 def _start_discovery(settings: Settings, kind: str) -> Discovery:
     """The started client of the ``[discovery.<kind>]`` section, which ``settings`` has."""
+    # Imported here: a host without discovery never loads the watchers (nor PyYAML).
+    from exporter.discovery.docker import ContainerWatcher
+    from exporter.discovery.kubernetes import PodWatcher, load_credentials
+
     watcher: PodWatcher | ContainerWatcher
     if kind == "kubernetes" and settings.kubernetes is not None:
         credentials = load_credentials(settings.kubernetes, settings.source_path)

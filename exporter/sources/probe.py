@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import heapq
+import itertools
 import json
 import logging
 import os
@@ -79,6 +81,56 @@ class _Reply:
     body: bytes = b""
 
 
+class _Deadlines:
+    """One daemon thread that fires every armed watchdog at its deadline.
+
+    A ``threading.Timer`` per request cost a thread start (and the wait for it to run) on
+    every probe, the larger part of a health probe's CPU; one thread and a heap of deadlines
+    keep the same hard bound. Started on first use, so importing this module starts nothing.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Watchdog]] = []
+        self._order = itertools.count()  # ties broken by arming order, never by Watchdog
+        self._thread: threading.Thread | None = None
+
+    def arm(self, dog: Watchdog, at: float) -> None:
+        """Fire ``dog`` at monotonic time ``at`` unless it is disarmed first."""
+        with self._cond:
+            earliest = not self._heap or at < self._heap[0][0]
+            heapq.heappush(self._heap, (at, next(self._order), dog))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="probe-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif earliest:  # wake the thread only when it sleeps past the new deadline
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            due: list[Watchdog] = []
+            with self._cond:
+                # Done watchdogs at the head are dropped without waiting for their deadline.
+                while self._heap and self._heap[0][2].done:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    due.append(heapq.heappop(self._heap)[2])
+                if not due:
+                    self._cond.wait(self._heap[0][0] - now)
+                    continue
+            for dog in due:  # outside the heap's lock: fire takes the watchdog's own lock
+                dog.fire()
+
+
+_DEADLINES: Final = _Deadlines()
+
+
 class Watchdog:
     """Shuts a request's socket down at the deadline, so no single read can outlive it.
 
@@ -86,7 +138,8 @@ class Watchdog:
 
     httpx timeouts apply per read (encode/httpx#1450): a server trickling its headers or body
     would otherwise hold the probe far past its deadline. The socket comes from httpcore's
-    ``trace`` extension; shutting it down wakes the blocked read with an end of file.
+    ``trace`` extension; shutting it down wakes the blocked read with an end of file. The
+    deadline is kept by one shared thread (``_Deadlines``), not a timer thread per request.
     """
 
     def __init__(self, seconds: float) -> None:
@@ -94,9 +147,12 @@ class Watchdog:
         self._sock: socket.socket | None = None
         self._done = False
         self.fired = False
-        self._timer = threading.Timer(seconds, self.fire)
-        self._timer.daemon = True
-        self._timer.start()
+        _DEADLINES.arm(self, time.monotonic() + seconds)
+
+    @property
+    def done(self) -> bool:
+        """True once disarmed: the deadline thread may forget it."""
+        return self._done
 
     def trace(self, event: str, info: dict[str, Any]) -> None:
         """Trace callback for httpcore: remember the newest socket of this request."""
@@ -109,8 +165,7 @@ class Watchdog:
                 self._shutdown()
 
     def disarm(self) -> bool:
-        """Stop the timer and leave the socket alone from now on; True if it had fired."""
-        self._timer.cancel()
+        """Leave the socket alone from now on; True if it had fired."""
         with self._lock:
             self._done = True
             return self.fired
@@ -311,12 +366,37 @@ def load_api_key(target: Target) -> str | None:
     return key
 
 
-def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
+#: Verifying contexts by CA file and that file's identity: loading the system store costs
+#: about 0.9 MiB of native memory a context, which was most of the RSS added per target.
+_CONTEXTS: dict[tuple[str | None, tuple[int, int, int] | None], ssl.SSLContext] = {}
+_CONTEXTS_LOCK: Final = threading.Lock()
+
+
+def _ca_identity(ca_file: str | None) -> tuple[int, int, int] | None:
+    """Inode, size and mtime of the CA file (the system bundle for None): a new one reloads."""
+    path = ca_file or ssl.get_default_verify_paths().cafile
     try:
-        return ssl.create_default_context(cafile=ca_file)
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
+    key = (ca_file, _ca_identity(ca_file))
+    with _CONTEXTS_LOCK:
+        if (cached := _CONTEXTS.get(key)) is not None:
+            return cached
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as exc:
         reason = exc.strerror or exc.__class__.__name__
         raise ConfigError(ca_file or "", "ca_file", f"cannot load: {reason}") from None
+    with _CONTEXTS_LOCK:
+        stale = [k for k in _CONTEXTS if k[0] == ca_file]  # an older identity of the same file
+        for k in stale:
+            del _CONTEXTS[k]
+        return _CONTEXTS.setdefault(key, context)
 
 
 class Prober:

@@ -77,7 +77,35 @@ def _scrape_goals(scrape: ScrapeSection | None) -> list[Goal]:
 def _sampling_goals(sampling: SamplingSection | None, sizes: Sizes) -> list[Goal]:
     measured = sampling.get("cpu_percent_of_core") if sampling else None
     name = f"sampling CPU, {sizes.sampling_targets} targets x {sizes.procs_per_target} processes"
-    return [Goal(name, measured, 1.0, "% of a core")]
+    curve = {p["targets"]: p for p in sampling["curve"]} if sampling else {}
+    node = curve.get(sizes.node_targets)
+    goals = [
+        Goal(
+            "sampling CPU per added target (slope of the curve)",
+            sampling.get("per_target_ms") if sampling else None,
+            0.5,
+            "ms a tick",
+        ),
+        Goal(name, measured, 1.0, "% of a core"),
+        Goal(
+            f"sampling CPU, {sizes.node_targets} targets",
+            node["cpu_percent_of_core"] if node else None,
+            3.0,
+            "% of a core",
+        ),
+        Goal(
+            "RSS growth per added target (slope of the curve)",
+            sampling.get("rss_per_target_mib") if sampling else None,
+            0.3,
+            "MiB",
+        ),
+    ]
+    for count in sizes.curve_scrape_targets:
+        point = curve.get(count)
+        limit = 1.0 if count <= sizes.sampling_targets else 3.0
+        p99 = point.get("scrape_p99_ms") if point else None
+        goals.append(Goal(f"scrape p99, sequential, {count} targets", p99, limit, "ms"))
+    return goals
 
 
 def _detection_goals(ready: ReadySection | None, stall: StallSection | None) -> list[Goal]:

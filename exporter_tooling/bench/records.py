@@ -84,6 +84,8 @@ class SamplingPoint(TypedDict):
     nvml_child_per_tick_ms: float
     cpu_percent_of_core: float
     tick_wall_ms: float | None
+    rss_mib: float
+    scrape_p99_ms: NotRequired[float]
 
 
 class SamplingSection(SamplingPoint):
@@ -91,6 +93,7 @@ class SamplingSection(SamplingPoint):
 
     curve: list[SamplingPoint]
     per_target_ms: float | None
+    rss_per_target_mib: float | None
     source_cpu_ms: dict[str, float]
     seconds: NotRequired[float]
 

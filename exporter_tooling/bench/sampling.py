@@ -9,12 +9,14 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter_tooling.bench.context import BenchContext
 from exporter_tooling.bench.profiling import py_spy
 from exporter_tooling.bench.records import SamplingPoint, SamplingSection
+from exporter_tooling.bench.scrape import MIB, sequential_scrapes
 from exporter_tooling.bench.servers import Server, farm_exporter
 
 TICK_METRIC = "inference_exporter_tick_duration_seconds"
@@ -23,7 +25,7 @@ TICK_METRIC = "inference_exporter_tick_duration_seconds"
 def sampling_section(ctx: BenchContext) -> SamplingSection:
     """The cost curve over ``sizes.curve`` targets, with three windows at the full size."""
     sizes = ctx.sizes
-    counts = sorted(set(sizes.curve) | {sizes.sampling_targets})
+    counts = sorted(set(sizes.curve) | {sizes.sampling_targets, *sizes.curve_scrape_targets})
     curve = []
     for count in counts:
         if count == sizes.sampling_targets:
@@ -35,7 +37,8 @@ def sampling_section(ctx: BenchContext) -> SamplingSection:
     return {
         **main,  # type: ignore[typeddict-item]
         "curve": curve,
-        "per_target_ms": _slope(curve),
+        "per_target_ms": _slope(curve, "cpu_per_tick_ms"),
+        "rss_per_target_mib": _slope(curve, "rss_mib"),
         "source_cpu_ms": _source_costs(ctx),
     }
 
@@ -90,11 +93,15 @@ def _sampling_cost(ctx: BenchContext, targets: int, seconds: float, windows: int
         time.sleep(2 * interval)  # past the first ticks' one-off work (handles, classifiers)
         measured = [_cpu_window(exp, seconds / windows) for _ in range(windows)]
         tick = metric_value(exp.get("/metrics"), TICK_METRIC)
+        rss = exp.rss_bytes()
+        p99 = None
+        if targets in ctx.sizes.curve_scrape_targets:
+            p99 = sequential_scrapes(exp, ctx.sizes.curve_scrapes)["p99_ms"]
         if ctx.profile_dir is not None and targets == ctx.sizes.sampling_targets:
             ctx.profiles["sampling"] = py_spy(exp, ctx.profile_dir / "sampling", seconds)
     cpu = statistics.median(m[0] for m in measured)
     child = statistics.median(m[1] for m in measured)
-    return {
+    point: SamplingPoint = {
         "targets": targets,
         "processes": targets * (ctx.sizes.procs_per_target + 1),
         "gpus": ctx.sizes.gpus,
@@ -105,7 +112,11 @@ def _sampling_cost(ctx: BenchContext, targets: int, seconds: float, windows: int
         "nvml_child_per_tick_ms": round(child * 1000 * interval, 2),
         "cpu_percent_of_core": round(cpu * 100, 2),
         "tick_wall_ms": None if tick is None else round(tick * 1000, 2),
+        "rss_mib": round(rss / MIB, 1),
     }
+    if p99 is not None:
+        point["scrape_p99_ms"] = p99
+    return point
 
 
 def _cpu_window(server: Server, seconds: float) -> tuple[float, float]:
@@ -125,12 +136,12 @@ def metric_value(exposition: bytes, name: str) -> float | None:
     return None
 
 
-def _slope(curve: list[SamplingPoint]) -> float | None:
-    """Least-squares CPU milliseconds per added target."""
+def _slope(curve: list[SamplingPoint], key: Literal["cpu_per_tick_ms", "rss_mib"]) -> float | None:
+    """Least-squares growth of ``key`` per added target."""
     xs = [float(p["targets"]) for p in curve]
-    ys = [float(p["cpu_per_tick_ms"]) for p in curve]
+    ys = [float(p[key]) for p in curve]
     if len(set(xs)) < 2:
         return None
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     num = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-    return round(num / sum((x - mx) ** 2 for x in xs), 2)
+    return round(num / sum((x - mx) ** 2 for x in xs), 3)

@@ -77,6 +77,11 @@ def _scrape_server(server: Server, scrapes: int, sizes: Sizes, *, memory: bool) 
     }
 
 
+def sequential_scrapes(server: Server, count: int) -> LatencySummary:
+    """``count`` sequential scrapes by a client in its own process: their latencies."""
+    return _run_client({"mode": "sequential", "port": server.port, "count": count})
+
+
 def _rss_figures(rss: list[int], server: Server, scrapes: int) -> MemoryFigures:
     """RSS before and after the scrapes; growth is measured past the first tenth (warm-up)."""
     warm = rss[max(1, len(rss) // 10)] if len(rss) > 2 else rss[0]

@@ -23,8 +23,13 @@ class Sizes:
     node_scrapes: int = 3_000
     sampling_targets: int = 8
     sampling_seconds: float = 30.0
-    curve: tuple[int, ...] = (0, 1, 2, 4, 8)
+    curve: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32, 64)
     curve_seconds: float = 15.0
+    #: Target counts whose sampling point also measures sequential scrapes (p99).
+    curve_scrape_targets: tuple[int, ...] = (8, 64)
+    curve_scrapes: int = 3_000
+    #: The node the issue sizes for (a MIG node's pods): its point has its own goal.
+    node_targets: int = 64
     starts: int = 20
     ready_intervals: tuple[float, ...] = (1.0, 0.25)
     stalls: int = 2
@@ -47,6 +52,9 @@ QUICK: Final = Sizes(
     sampling_seconds=3.0,
     curve=(1, 2),
     curve_seconds=2.0,
+    curve_scrape_targets=(2,),
+    curve_scrapes=100,
+    node_targets=2,
     starts=2,
     ready_intervals=(0.25,),
     stalls=1,

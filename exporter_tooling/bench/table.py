@@ -9,7 +9,7 @@ from exporter_tooling.bench.records import Report
 
 _GOAL_COLUMNS: Final = (-58, 10, 10, 5, -12)
 _SCRAPE_COLUMNS: Final = (-16, 8, 8, 8, 8, 9, 9, 8)
-_SAMPLING_COLUMNS: Final = (-16, 7, 12, 12, 8, 13)
+_SAMPLING_COLUMNS: Final = (-16, 7, 12, 12, 8, 13, 8, 11)
 
 
 def render_table(report: Report) -> str:
@@ -82,15 +82,22 @@ def _sampling_lines(report: Report) -> list[str]:
     if not sampling:
         return []
     head = ("targets", "procs", "CPU ms/tick", "NVML child", "% core", "tick wall ms")
+    head2 = (*head, "RSS MiB", "scrape p99")
     lines = [
         "",
         f"sampling at a {sampling['interval_s']:g} s interval, {sampling['gpus']} GPUs, "
         "CPU of the exporter and its NVML child",
-        _row(head, _SAMPLING_COLUMNS),
+        _row(head2, _SAMPLING_COLUMNS),
     ]
     for p in sampling["curve"]:
         cells = (p["targets"], p["processes"], p["cpu_per_tick_ms"], p["nvml_child_per_tick_ms"])
-        lines.append(_row((*cells, p["cpu_percent_of_core"], p["tick_wall_ms"]), _SAMPLING_COLUMNS))
+        tail = (p.get("rss_mib"), p.get("scrape_p99_ms"))
+        more = (p["cpu_percent_of_core"], p["tick_wall_ms"], *tail)
+        lines.append(_row((*cells, *more), _SAMPLING_COLUMNS))
+    lines.append(
+        f"per added target: {sampling.get('per_target_ms')} ms CPU a tick, "
+        f"{sampling.get('rss_per_target_mib')} MiB RSS"
+    )
     costs = ", ".join(f"{k} {v}" for k, v in sampling.get("source_cpu_ms", {}).items())
     lines.append(f"per call, CPU ms (bench process): {costs}")
     return lines
