@@ -294,9 +294,8 @@ url_tails = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), ma
 @given(st.one_of(url_tails, st.sampled_from(["http://xn--a", "http://[::1]x:80", "http://😀"])))
 def test_every_base_url_the_checker_accepts_builds_the_probe_client(url):
     """The daemon died at start or SIGHUP on URLs urllib liked and httpx refused (a \\t)."""
-    import httpx
-
     from exporter.config import parse_settings
+    from exporter.sources.probe import Prober
 
     data = {"target": [{"name": "a", "base_url": url}]}
     try:
@@ -304,8 +303,7 @@ def test_every_base_url_the_checker_accepts_builds_the_probe_client(url):
     except ConfigErrors as exc:
         assert all("\n" not in str(e) for e in exc.errors)
         return
-    with httpx.Client(base_url=target.base_url) as client:  # what the Prober builds
-        client.build_request("GET", target.health_path)
+    Prober(target).close()  # parses the URL and the health path as its probes will
 
 
 @pytest.mark.integration

@@ -1,8 +1,12 @@
-"""HTTP probes of one target's health and completion endpoints; the only module importing httpx.
+"""HTTP probes of one target's health and completion endpoints, over a small h11 client.
 
 Each probe is bounded by one total deadline and a body cap (after decompression); it never logs
 bodies or the API key. ``X-Prometheus-Scrape-Timeout-Seconds`` does not apply: probes run on the
 daemon's loop, not on demand for a scrape.
+
+The probes speak HTTP/1.1 through h11 over a plain socket: httpx's layers cost about 1 ms of
+CPU a request, most of a target's tick (issue 18). httpx still parses the target's URL, so a
+URL means here what ``check-config`` (which asks httpx) judged it to mean.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import stat
 import threading
 import time
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+import h11
 import httpx
 
 from exporter import __version__
@@ -46,6 +52,9 @@ REPORT_MAX_BODY_BYTES: Final = 4 << 20
 # wbits 32+15: zlib auto-detects a gzip or zlib header, so "deflate" sent zlib-wrapped works too.
 _AUTO_WBITS: Final = 32 | zlib.MAX_WBITS
 _DECODED_ENCODINGS: Final = frozenset({"gzip", "x-gzip", "deflate"})
+#: Largest response head accepted: httpcore's limit, so a reply refused today is refused still.
+_MAX_HEAD_BYTES: Final = 100 * 1024
+_READ_BYTES: Final = 65536
 # Events of httpcore's ``trace`` extension that hand over the connection's network stream.
 # connect_unix_socket: the Docker Engine API's socket (exporter/discovery/docker.py).
 _STREAM_EVENTS: Final = frozenset(
@@ -138,8 +147,9 @@ class Watchdog:
 
     httpx timeouts apply per read (encode/httpx#1450): a server trickling its headers or body
     would otherwise hold the probe far past its deadline. The socket comes from httpcore's
-    ``trace`` extension; shutting it down wakes the blocked read with an end of file. The
-    deadline is kept by one shared thread (``_Deadlines``), not a timer thread per request.
+    ``trace`` extension (the watch) or from ``watch`` (the probes' own client); shutting it
+    down wakes the blocked read with an end of file. The deadline is kept by one shared
+    thread (``_Deadlines``), not a timer thread per request.
     """
 
     def __init__(self, seconds: float) -> None:
@@ -159,8 +169,12 @@ class Watchdog:
         if event not in _STREAM_EVENTS or info.get("return_value") is None:
             return
         sock = info["return_value"].get_extra_info("socket")
+        self.watch(sock if isinstance(sock, socket.socket) else None)
+
+    def watch(self, sock: socket.socket | None) -> None:
+        """Shut ``sock`` down at the deadline (at once if it passed); replaces the last one."""
         with self._lock:
-            self._sock = sock if isinstance(sock, socket.socket) else None
+            self._sock = sock
             if self.fired:
                 self._shutdown()
 
@@ -228,20 +242,64 @@ class _BodyDecoder:
         return rest
 
 
-def _content_encoding(response: httpx.Response) -> str:
-    encoding = str(response.headers.get("content-encoding", "identity")).strip().lower()
+def _content_encoding(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    # Repeated headers join with ", " as httpx's headers.get did: "gzip, br" is refused whole.
+    values = [value.decode("latin-1") for name, value in headers if name == b"content-encoding"]
+    encoding = ", ".join(values).strip().lower()
     if encoding not in _DECODED_ENCODINGS | {"identity", ""}:
         raise zlib.error("unsupported content-encoding")
     return encoding
 
 
-def _read_body(response: httpx.Response, cap: int, deadline: float) -> bytes:
-    decoder = _BodyDecoder(_content_encoding(response), cap)
-    for chunk in response.iter_raw():
-        decoder.feed(chunk)
-        if time.monotonic() >= deadline:
-            raise _Expired
-    return bytes(decoder.body)
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """Where one request path of a target goes, worked out once from its URL."""
+
+    host: str
+    port: int
+    tls: bool
+    target: bytes  # the request line's target: the base URL's path joined with the probe's
+    host_header: bytes
+
+
+def _route(base_url: str, path: str) -> _Route:
+    """The route httpx's ``Client(base_url=...)`` would take for ``path``.
+
+    httpx (as ``check-config`` does) parses the URL: IDNA host names, IPv6 literals and
+    percent-encoding mean the same as before; a base path prefixes the probe's path.
+    """
+    base = httpx.URL(base_url)
+    if not base.raw_path.endswith(b"/"):
+        base = base.copy_with(raw_path=base.raw_path + b"/")
+    url = base.copy_with(raw_path=base.raw_path + httpx.URL(path).raw_path.lstrip(b"/"))
+    tls = url.scheme == "https"
+    return _Route(
+        host=url.raw_host.decode("ascii"),
+        port=url.port or (443 if tls else 80),
+        tls=tls,
+        target=url.raw_path,
+        host_header=url.netloc,
+    )
+
+
+def _next_event(conn: h11.Connection, sock: socket.socket, deadline: float) -> Any:
+    """The next response event, reading as needed; each read bounded by the time left.
+
+    Raises:
+        _Expired: the deadline passed between reads.
+        h11.RemoteProtocolError: the reply is malformed or ended early.
+        OSError: the connection failed (TimeoutError when a read ran out of time).
+    """
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Expired
+            sock.settimeout(remaining)
+            conn.receive_data(sock.recv(_READ_BYTES))
+        elif not isinstance(event, h11.InformationalResponse):  # 1xx: skipped, as httpcore did
+            return event
 
 
 def _json(body: bytes) -> Any:
@@ -314,7 +372,7 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 def _classify(exc: Exception, expired: bool) -> ProbeOutcome:
     """Bounded outcome of a probe that ended in an exception."""
-    if expired or isinstance(exc, httpx.TimeoutException | _Expired):
+    if expired or isinstance(exc, TimeoutError | _Expired):
         return ProbeOutcome.TIMEOUT
     if isinstance(exc, _BodyTooLarge):
         return ProbeOutcome.BODY_TOO_LARGE
@@ -392,6 +450,7 @@ def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
     except (OSError, ssl.SSLError) as exc:
         reason = exc.strerror or exc.__class__.__name__
         raise ConfigError(ca_file or "", "ca_file", f"cannot load: {reason}") from None
+    context.set_alpn_protocols(["http/1.1"])  # as httpcore offered: the probes speak only that
     with _CONTEXTS_LOCK:
         stale = [k for k in _CONTEXTS if k[0] == ca_file]  # an older identity of the same file
         for k in stale:
@@ -400,10 +459,10 @@ def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
 
 
 class Prober:
-    """Health and completion probes of one target over one reused, private HTTP client.
+    """Health and completion probes of one target, each over its own HTTP/1.1 connection.
 
-    Every call makes exactly one request (no retries, no redirects, no proxy from the
-    environment) and returns within ``target.probe_timeout_seconds`` plus scheduling slack.
+    Every call makes exactly one request (no retries, no redirects, no proxy: nothing reads
+    the environment) and returns within ``target.probe_timeout_seconds`` plus scheduling slack.
     As a ``Source`` (``sample``) it is the health probe; the completion probe can take
     seconds, so the daemon runs it beside the loop rather than in a tick.
     """
@@ -418,7 +477,7 @@ class Prober:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         ca_file: str | None = None,
     ) -> None:
-        """Build the client; reads the API key once.
+        """Prepare the probes' headers and TLS context; reads the API key once.
 
         Raises:
             ConfigError: the API key or CA file cannot be used (see ``load_api_key``).
@@ -427,23 +486,18 @@ class Prober:
         self._timeout = target.probe_timeout_seconds
         self._cap = max_body_bytes
         self._completion_path = target.profile.completion_path
-        headers = {
-            "User-Agent": f"inference-lifecycle-exporter/{__version__}",
-            "Accept": "application/json",
-            "Accept-Encoding": "gzip, deflate",
-        }
+        headers = [
+            (b"User-Agent", f"inference-lifecycle-exporter/{__version__}".encode()),
+            (b"Accept", b"application/json"),
+            (b"Accept-Encoding", b"gzip, deflate"),
+        ]
         key = load_api_key(target)
         if key is not None:
-            headers["Authorization"] = f"Bearer {key}"
-        self._client = httpx.Client(
-            base_url=target.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(self._timeout),
-            limits=httpx.Limits(max_keepalive_connections=0),
-            follow_redirects=False,
-            trust_env=False,
-            verify=_ssl_context(ca_file),
-        )
+            headers.append((b"Authorization", f"Bearer {key}".encode("ascii")))
+        self._headers: Final = tuple(headers)
+        self._tls: Final = _ssl_context(ca_file)
+        # By path, a handful per target; the health path's now, as check-config vouched for it.
+        self._routes = {target.health_path: _route(target.base_url, target.health_path)}
         self._last: dict[ProbeKind, ProbeOutcome] = {}
         self._sleep_retry_at = 0.0
         self._report: EngineReport | None = None
@@ -525,8 +579,8 @@ class Prober:
         )
 
     def close(self) -> None:
-        """Close the HTTP client."""
-        self._client.close()
+        """Release what the probes hold; nothing yet: each closes its connection when done."""
+        self._routes.clear()
 
     def _probe(
         self, kind: ProbeKind, method: str, path: str, content: bytes | None, timeout: float
@@ -606,26 +660,58 @@ class Prober:
         dog: Watchdog,
         cap: int,
     ) -> None:
-        remaining = max(deadline - time.monotonic(), 0.001)
-        headers = {"Content-Type": "application/json"} if content is not None else None
-        request = self._client.build_request(
-            method,
-            path,
-            content=content,
-            headers=headers,
-            timeout=httpx.Timeout(remaining),
-            extensions={"trace": dog.trace},
-        )
-        response = self._client.send(request, stream=True)
+        route = self._routes.get(path)
+        if route is None:
+            route = self._routes[path] = _route(self._target.base_url, path)
+        headers = [(b"Host", route.host_header), *self._headers]
+        if content is not None:
+            headers += [
+                (b"Content-Type", b"application/json"),
+                (b"Content-Length", b"%d" % len(content)),
+            ]
+        conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
+        data = conn.send(h11.Request(method=method, target=route.target, headers=headers)) or b""
+        if content:
+            data += conn.send(h11.Data(data=content)) or b""
+        data += conn.send(h11.EndOfMessage()) or b""
+        sock = self._connect(route, deadline, dog)
         try:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            sock.sendall(data)
+            response = _next_event(conn, sock, deadline)
+            if not isinstance(response, h11.Response):
+                raise h11.RemoteProtocolError("no response")
             reply.status = response.status_code
             if not _body_ignored(response.status_code):
-                reply.body = _read_body(response, cap, deadline)
+                decoder = _BodyDecoder(_content_encoding(response.headers), cap)
+                while isinstance(event := _next_event(conn, sock, deadline), h11.Data):
+                    decoder.feed(bytes(event.data))
+                reply.body = bytes(decoder.body)
         finally:
             fired = dog.disarm()  # before close(): the socket must not be touched once released
-            response.close()
+            sock.close()
         if fired:  # a close-delimited body cut by the watchdog looks complete; it is not
             raise _Expired
+
+    def _connect(self, route: _Route, deadline: float, dog: Watchdog) -> socket.socket:
+        """A connected (and for https, handshaken) socket, watched by ``dog``; no proxy."""
+        sock = socket.create_connection(
+            (route.host, route.port), timeout=max(deadline - time.monotonic(), 0.001)
+        )
+        try:
+            dog.watch(sock)
+            if route.tls:
+                # The handshake after watch(): wrapping takes the descriptor from ``sock``.
+                sock = self._tls.wrap_socket(
+                    sock, server_hostname=route.host, do_handshake_on_connect=False
+                )
+                dog.watch(sock)
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                sock.do_handshake()
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     def _log_edge(self, result: ProbeResult) -> None:
         if self._last.get(result.kind) is result.outcome:
