@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
+import time
 from collections.abc import Sequence
 from typing import Final
 
@@ -25,6 +27,41 @@ from exporter.sources.process.procfs import (
 # New pids checked one by one up to this many (or the tree's size); past it, children files.
 _MIN_PID_RANGE: Final = 256
 _PID_RECHECK: Final = 8
+
+
+class _SharedParents:
+    """The parents of new pids, read once a moment for every tree of the daemon.
+
+    Every tree looks at the same new pids each tick (whoever forked them), so without this a
+    host with T targets and P new pids a tick reads T x P stat files (issue 18: the 64-target
+    row). An answer is kept far less than a tick, so a pid not there yet is read again next
+    tick, and a stale parent cannot adopt a stranger: ``Member.open`` checks the real one.
+    """
+
+    def __init__(self, seconds: float = 0.1, limit: int = 8192) -> None:
+        self._seconds = seconds
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._parents: dict[int, tuple[float, int | None]] = {}
+
+    def of(self, pid: int) -> int | None:
+        """``parent_of(pid)``, or the answer another tree got a moment ago."""
+        now = time.monotonic()
+        with self._lock:
+            kept = self._parents.get(pid)
+        if kept is not None and now - kept[0] < self._seconds:
+            return kept[1]
+        parent = parent_of(pid)
+        with self._lock:
+            if len(self._parents) >= self._limit:
+                self._parents = {
+                    p: v for p, v in self._parents.items() if now - v[0] < self._seconds
+                }
+            self._parents[pid] = (now, parent)
+        return parent
+
+
+_PARENTS: Final = _SharedParents()
 
 
 class Tree:
@@ -126,7 +163,7 @@ class Tree:
         for pid in candidates:
             if pid in self.members:
                 continue
-            parent = parent_of(pid)
+            parent = _PARENTS.of(pid)
             if parent is not None:
                 parents[pid] = parent
             elif pid in new[-_PID_RECHECK:]:
