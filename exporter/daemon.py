@@ -31,6 +31,7 @@ from exporter.core.lifecycle import (
 )
 from exporter.core.model import (
     STARTUP_PHASES,
+    STEADY_PHASES,
     GpuReading,
     LogReading,
     Observation,
@@ -435,6 +436,7 @@ class Daemon:
         if state.phase is not w.last_phase or state.phase in STARTUP_PHASES:
             self._save_progress(w)
         w.last_phase, w.last_stalled = state.phase, state.stalled
+        w.process.steady = state.phase in STEADY_PHASES
         where = w.target.pod
         info = TargetInfo(
             w.target.name,

@@ -35,6 +35,9 @@ STARTUP_PHASES: frozenset[Phase] = frozenset(
     {Phase.STARTING, Phase.DOWNLOADING, Phase.LOADING, Phase.INITIALIZING}
 )
 
+#: Phases of a server at rest: its process tree is no longer the progress signal.
+STEADY_PHASES: frozenset[Phase] = frozenset({Phase.READY, Phase.SERVING, Phase.SLEEPING})
+
 
 class ProbeKind(enum.StrEnum):
     """Which endpoint a probe asked."""

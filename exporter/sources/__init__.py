@@ -3,16 +3,19 @@
 Every source keeps one contract (``Source``): a name (its ``source`` label), a scope (the
 host, or one target) and ``sample(deadline)``. ``run_source`` wraps one call the way
 node_exporter's ``execute()`` wraps a collector: it times it, turns any exception into a
-failed ``SourceStatus`` and logs only edges. ``SourceRunner`` runs a tick's calls side by
-side under one deadline that the loop enforces, so a source that blocks is reported and
-the others still count.
+failed ``SourceStatus`` and logs only edges. ``SourceRunner`` runs a tick's calls under one
+deadline that the loop enforces, so a source that blocks is reported and the others still
+count.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -126,48 +129,118 @@ class SourceCall:
     target: str | None = None
 
 
-class SourceRunner:
-    """Samples a tick's sources side by side in a thread pool under one deadline.
+#: A round's queue that has not moved for this long gets one more lane (thread).
+SPILL_SECONDS: Final = 0.01
 
-    A call that outlives the deadline keeps its worker thread (Python cannot stop it) but
-    not the tick: it is reported as ``deadline_exceeded``, then ``still_running`` on later
-    ticks until it returns, and is not started again meanwhile, so one stuck source costs
-    one thread, never the loop. What it returns at last is the next tick's reading (a log
-    source's lines are not lost).
+
+class _Round:
+    """One ``run``'s calls not started yet, shared by the lanes that drain them in order."""
+
+    def __init__(self, jobs: list[tuple[SourceCall, Future[SourceResult[object]]]], now: float):
+        self._lock = threading.Lock()
+        self._jobs = deque(jobs)
+        self._moved_at = now
+        self._closed = False
+
+    def take(self, now: float) -> tuple[SourceCall, Future[SourceResult[object]]] | None:
+        """The next call for a lane to run, or None when the round is drained or over."""
+        with self._lock:
+            if self._closed or not self._jobs:
+                return None
+            self._moved_at = now
+            return self._jobs.popleft()
+
+    def stuck_for(self, now: float) -> float:
+        """How long calls have waited without a lane taking one (0 when none wait)."""
+        with self._lock:
+            return now - self._moved_at if self._jobs and not self._closed else 0.0
+
+    def close(self) -> list[Future[SourceResult[object]]]:
+        """End the round: the calls no lane took are handed back, never to start."""
+        with self._lock:
+            self._closed = True
+            left = [future for _, future in self._jobs]
+            self._jobs.clear()
+        return left
+
+
+class SourceRunner:
+    """Samples a tick's sources under one deadline, on as few threads as keep them moving.
+
+    A round's calls run in order on one lane (a pool thread); whenever the queue has not moved
+    for ``spill_seconds`` (a call that waits on a slow server or blocks), one more lane takes
+    it up, up to ``max_workers``. Calls that only read /proc or files thus run one after
+    another: side by side, threads spent more CPU handing the GIL to each other than they
+    saved (issue 18: half of a target's cost at 8 targets), while slow probes still overlap.
+
+    A call that outlives the deadline keeps its thread (Python cannot stop it) but not the
+    tick: it is reported as ``deadline_exceeded``, then ``still_running`` on later ticks until
+    it returns, and is not started again meanwhile, so one stuck source costs one thread,
+    never the loop. What it returns at last is the next tick's reading (a log source's lines
+    are not lost). A call no lane reached by the deadline is ``deadline_exceeded`` and
+    started afresh next tick.
     """
 
-    def __init__(self, max_workers: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        max_workers: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        spill_seconds: float = SPILL_SECONDS,
+    ) -> None:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="sample")
+        self._max_lanes = max_workers
         self._clock = clock
+        self._spill = spill_seconds
         self._running: dict[int, Future[SourceResult[object]]] = {}
 
     def run(self, calls: Sequence[SourceCall], deadline: float) -> list[SourceResult[object]]:
         """Results in the order of ``calls``; every call gets one, by ``deadline``."""
-        futures: list[Future[SourceResult[object]] | None] = [
-            self._start(call, deadline) for call in calls
-        ]
-        pending = [f for f in futures if f is not None]
-        wait(pending, timeout=max(0.0, deadline - self._clock()))
+        futures: list[Future[SourceResult[object]] | None] = []
+        jobs: list[tuple[SourceCall, Future[SourceResult[object]]]] = []
+        for call in calls:
+            late = self._running.get(id(call.source))
+            if late is not None:  # a late call: its reading, when done, is this tick's
+                futures.append(late if late.done() else None)
+                continue
+            future: Future[SourceResult[object]] = Future()
+            self._running[id(call.source)] = future
+            futures.append(future)
+            jobs.append((call, future))
+        if jobs:
+            self._drive(_Round(jobs, self._clock()), [f for _, f in jobs], deadline)
         return [self._result(call, f) for call, f in zip(calls, futures, strict=True)]
 
-    def _start(self, call: SourceCall, deadline: float) -> Future[SourceResult[object]] | None:
-        key = id(call.source)
-        if key in self._running:  # a late call: its reading, when done, is this tick's
-            late = self._running[key]
-            return late if late.done() else None
-        source = call.source
-        future = self._pool.submit(
-            run_source, source.name, lambda: source.sample(deadline), target=call.target
-        )
-        self._running[key] = future
-        return future
+    def _drive(
+        self, rnd: _Round, pending: list[Future[SourceResult[object]]], deadline: float
+    ) -> None:
+        """Run the round's lanes until every call is done or the deadline passes."""
+        self._pool.submit(self._lane, rnd, deadline)
+        lanes = 1
+        waiting: set[Future[SourceResult[object]]] = set(pending)
+        while waiting and (remaining := deadline - self._clock()) > 0:
+            waiting = wait(waiting, timeout=min(self._spill, remaining)).not_done
+            if waiting and lanes < self._max_lanes and rnd.stuck_for(self._clock()) >= self._spill:
+                self._pool.submit(self._lane, rnd, deadline)
+                lanes += 1
+        for future in rnd.close():
+            future.cancel()
+
+    def _lane(self, rnd: _Round, deadline: float) -> None:
+        while (job := rnd.take(self._clock())) is not None:
+            call, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            sample = functools.partial(call.source.sample, deadline)
+            future.set_result(run_source(call.source.name, sample, target=call.target))
 
     def _result(
         self, call: SourceCall, future: Future[SourceResult[object]] | None
     ) -> SourceResult[object]:
         if future is not None and future.done():
             self._running.pop(id(call.source), None)
-            return future.result()
+            if not future.cancelled():
+                return future.result()
         reason = STILL_RUNNING if future is None else DEADLINE_EXCEEDED
         status = SourceStatus(call.source.name, False, 0.0, reason, call.target)
         return SourceResult(None, status)

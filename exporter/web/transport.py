@@ -36,7 +36,7 @@ BACKLOG: Final = 1024
 # asyncio's TLS read buffer is 256 KiB per connection, allocated at accept: 1000 silent
 # connections cost 250 MiB that glibc then keeps. One TLS record (16 KiB) is enough here.
 TLS_READ_BUFFER: Final = 16 * 1024
-_WANTED_OPEN_FILES: Final = 8192
+_WANTED_OPEN_FILES: Final = 65536
 #: Descriptors kept for the sources (/proc files, logs, NVML's pipes, sqlite, probes).
 _RESERVED_FILES: Final = 256
 _MIN_CONNECTIONS: Final = 16

@@ -12,11 +12,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+import exporter.sources.process as process_source
 from exporter.config import Target
 from exporter.core.model import ProcessSample
 from exporter.sources import run_source
@@ -667,3 +668,45 @@ def test_a_tree_of_two_thousand_processes_is_counted_whole(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+def _read_calls(work: Callable[[], object]) -> int:
+    """Read syscalls this process made during ``work`` (``syscr`` of /proc/self/io)."""
+
+    def syscr() -> int:
+        with open("/proc/self/io", "rb") as f:
+            return int(f.read().split(b"syscr: ")[1].split()[0])
+
+    before = syscr()
+    work()
+    return syscr() - before
+
+
+@pytest.mark.integration
+def test_a_tree_at_rest_rereads_quiet_workers_seldom_and_still_sees_them_end(
+    make_tree, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(process_source, "QUIET_REREAD_SECONDS", 1.0)
+    pidfile = tmp_path / "engine.pid"
+    tree = make_tree(pidfile=str(pidfile))
+    workers = [tree.spawn(read=False) for _ in range(20)]
+    source = ProcessSource(target(pidfile=str(pidfile)))
+    wait_for(lambda: len(sample(source).pids) == 21)
+    starting = _read_calls(lambda: [sample(source) for _ in range(10)])
+    source.steady = True  # the daemon says so once the server is ready
+    sample(source)
+    time.sleep(1.1)
+    sample(source)  # every quiet worker read once more, the next time in a second
+    at_rest = _read_calls(lambda: [sample(source) for _ in range(10)])
+
+    before = sample(source)
+    tree.ask("read")  # the main process is read every tick: its reads show at once
+    after = sample(source)
+    tree.ask(f"kill {workers[0]}")
+    gone_after = time.monotonic()
+    wait_for(lambda: workers[0] not in sample(source).pids, timeout=5)
+
+    assert at_rest * 4 < starting
+    assert _bytes(after) - _bytes(before) >= DATA_BYTES
+    assert time.monotonic() - gone_after < 2.5  # within one re-read, not never
+    assert len(sample(source).pids) == 20

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -108,3 +109,68 @@ def test_this_hosts_memory_pressure_reads_as_ratios():
         pytest.skip("this kernel has no PSI (/proc/pressure/memory)")
     pressure = MemoryPressureSource().sample()
     assert 0.0 <= pressure.full_ratio <= pressure.some_ratio <= 1.0
+
+
+class Recorder:
+    """A source that notes which thread ran it and when it finished; sleeps ``seconds`` first."""
+
+    scope = Scope.TARGET
+
+    def __init__(self, name: str, seconds: float = 0.0) -> None:
+        self.name = name
+        self.seconds = seconds
+        self.threads: list[int] = []
+        self.finished_at = 0.0
+
+    def sample(self, deadline: float | None = None) -> int:
+        self.threads.append(threading.get_ident())
+        time.sleep(self.seconds)  # a real blocking wait, as a slow server's reply is
+        self.finished_at = time.monotonic()
+        return len(self.threads)
+
+    def close(self) -> None:
+        pass
+
+
+def test_quick_calls_run_one_after_another_on_one_thread():
+    # Side by side, quick /proc and file reads spent more CPU handing the GIL around than
+    # they saved (issue 18); a tick of quick calls uses one lane.
+    runner = SourceRunner(8)
+    sources = [Recorder(f"quick{i}") for i in range(40)]
+    try:
+        for _ in range(3):
+            results = runner.run([SourceCall(s, "t") for s in sources], time.monotonic() + 2)
+            assert all(r.status.up for r in results)
+    finally:
+        runner.close()
+    assert len({t for s in sources for t in s.threads}) == 1
+
+
+def test_a_slow_call_does_not_hold_the_calls_after_it():
+    runner = SourceRunner(4)
+    slow = Recorder("slow", seconds=0.5)
+    quick = [Recorder(f"quick{i}") for i in range(5)]
+    try:
+        started = time.monotonic()
+        results = runner.run([SourceCall(slow), *(SourceCall(q) for q in quick)], started + 2)
+    finally:
+        runner.close()
+    assert all(r.status.up for r in results)
+    # Another lane took the queue up while the slow call waited: all done long before it.
+    assert max(q.finished_at for q in quick) - started < 0.2
+    assert slow.finished_at - started >= 0.5
+
+
+def test_calls_no_lane_reached_by_the_deadline_are_reported_and_run_next_tick():
+    runner = SourceRunner(1)  # one lane only: the blocked call holds it
+    slow, after = Recorder("slow", seconds=0.6), Recorder("after")
+    try:
+        first = runner.run([SourceCall(slow), SourceCall(after)], time.monotonic() + 0.2)
+        assert (first[1].status.up, first[1].status.error) == (False, DEADLINE_EXCEEDED)
+        time.sleep(0.6)  # the slow call returns; the one left over never started
+        assert after.threads == []
+        second = runner.run([SourceCall(slow), SourceCall(after)], time.monotonic() + 2)
+    finally:
+        runner.close()
+    assert second[0].status.up and second[0].value == 1  # the late call's reading
+    assert second[1].status.up and len(after.threads) == 1

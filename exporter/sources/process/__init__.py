@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CGROUP_ROOT: Final = "/sys/fs/cgroup"
 DEFAULT_RESCAN_EVERY: Final = 10
+#: While the server is at rest, a member whose counters stood still is read again after this.
+QUIET_REREAD_SECONDS: Final = 5.0
 
 
 class ProcessSource:
@@ -38,6 +40,11 @@ class ProcessSource:
     new children are looked for only among the pids allocated since the last tick, or, when
     there are too many, in ``/proc/PID/task/TID/children``: the main thread every tick, all
     threads every ``rescan_every`` ticks.
+
+    Once the daemon says the server is at rest (``steady``: ready, serving or asleep), the
+    tree is no longer the progress signal: members that stood still at their last read are
+    read again only every ``QUIET_REREAD_SECONDS`` (most of a tree: compile and tokenizer
+    workers), while the main process and members that move are read every tick.
     """
 
     name: Final = "process"
@@ -57,6 +64,8 @@ class ProcessSource:
         self._tree: Tree | None = None
         self._io_error: str | None = None
         self._downloads = DownloadWatch()
+        #: Set by the daemon after each tick: the target is at rest (see the class doc).
+        self.steady = False
 
     def sample(self, deadline: float | None = None) -> ProcessSample | None:
         """The tree now, or None when no process is found (a valid observation).
@@ -81,7 +90,8 @@ class ProcessSource:
             full = True
             log.info("process found target=%s pid=%d", self.target.name, main.pid)
         self._tree.refresh(self._finder.members(), full=full)
-        readings = self._tree.read(full=full)
+        quiet_every = QUIET_REREAD_SECONDS if self.steady else None
+        readings = self._tree.read(full=full, steady_every=quiet_every)
         if main.pid not in readings:
             self._forget()  # the main process ended while being read
             return None

@@ -26,7 +26,7 @@ _STAT_START: Final = 19
 _STAT_RSS: Final = 21
 _STAT_EXIT_SIGNAL: Final = 35
 _PROC_READ_BYTES: Final = 4096
-_MAX_KEPT_FDS: Final = 2048
+_MAX_KEPT_FDS: Final = 16384
 # hidepid=2/invisible and 4/ptraceable remove other users' /proc/PID entirely (ProtectProc=).
 _HIDING_MODES: Final = frozenset({"2", "invisible", "4", "ptraceable"})
 
@@ -147,6 +147,8 @@ class Member:
         "_stat",
         "_stat_file",
         "_write_bytes",
+        "due_at",
+        "moved",
         "pid",
         "ppid",
         "start",
@@ -165,6 +167,15 @@ class Member:
         self._read_bytes: int | None = None
         self._write_bytes: int | None = None
         self._reading: Reading | None = None
+        #: When a steady tree reads this member next (monotonic); 0 reads it at once.
+        self.due_at = 0.0
+        #: Whether the last ``read`` found its stat or io changed (an idle one reads the same).
+        self.moved = True
+
+    @property
+    def last(self) -> Reading | None:
+        """What the last ``read`` returned; None before the first."""
+        return self._reading
 
     @classmethod
     def open(cls, pid: int) -> Member | None:
@@ -200,7 +211,8 @@ class Member:
             return None
         except PermissionError as exc:
             raise _stat_refused() from exc
-        if raw != self._raw:  # an idle process reads back byte for byte: nothing to parse
+        self.moved = raw != self._raw
+        if self.moved:  # an idle process reads back byte for byte: nothing to parse
             stat = _parse_stat(raw)
             if stat is None or stat.start != self.start:
                 return None
@@ -246,6 +258,7 @@ class Member:
             raise _Gone from exc
         self._io_error = None
         if raw != self._io_raw:
+            self.moved = True
             self._io_raw = raw
             self._read_bytes = _io_field(raw, b"\nread_bytes: ")
             self._write_bytes = _io_field(raw, b"\nwrite_bytes: ")
@@ -316,8 +329,9 @@ class _ProcFile:
 class _FdBudget:
     """How many /proc descriptors the process sources of this process may keep open.
 
-    A quarter of the soft RLIMIT_NOFILE, at most 2048: sockets, pipes and sqlite keep the
-    rest. Members beyond the budget open and close their files on every read instead.
+    A quarter of the soft RLIMIT_NOFILE, at most 16384 (64 targets of 64 workers, two files
+    each): sockets, pipes and sqlite keep the rest. Members beyond the budget open and close
+    their files on every read instead.
     """
 
     def __init__(self, total: int) -> None:

@@ -80,6 +80,7 @@ class Tree:
         self.members: dict[int, Member] = {}
         self._last_pid: int | None = None
         self._recheck: list[int] = []
+        self._steady = False
 
     @classmethod
     def adopt(cls, main: psutil.Process) -> Tree | None:
@@ -107,15 +108,32 @@ class Tree:
         elif not self._discover_new_pids():
             self._descend(all_threads=full)
 
-    def read(self, *, full: bool) -> dict[int, Reading]:
-        """Read every member; a process that ended (or whose pid was reused) is dropped."""
+    def read(self, *, full: bool, steady_every: float | None = None) -> dict[int, Reading]:
+        """Read the members; a process that ended (or whose pid was reused) is dropped.
+
+        With ``steady_every`` (seconds; a server at rest), a member whose counters did not
+        move at its last read keeps that reading and is read again only after that long (the
+        first time after a part of it spread by pid, so a tree's reads spread over ticks);
+        the main process and members that move are read every tick.
+        """
+        now = time.monotonic()
         readings: dict[int, Reading] = {}
         for pid, member in list(self.members.items()):
+            last = member.last
+            if steady_every is not None and last is not None and now < member.due_at:
+                readings[pid] = last
+                continue
             reading = member.read(retry_io=full)
             if reading is None:
                 self._drop(pid)
-            else:
-                readings[pid] = reading
+                continue
+            readings[pid] = reading
+            if steady_every is not None and pid != self.main.pid:
+                member.due_at = _next_read(member, now, steady_every)
+        if steady_every is None and self._steady:
+            for member in self.members.values():
+                member.due_at = 0.0  # steady again later: spread anew
+        self._steady = steady_every is not None
         return readings
 
     def _add(self, pid: int, *, child: bool = True) -> bool:
@@ -197,6 +215,15 @@ class Tree:
         for proc in found:
             if proc.pid not in self.members:
                 self._add(proc.pid, child=False)
+
+
+def _next_read(member: Member, now: float, every: float) -> float:
+    """When a steady tree reads ``member`` again: next tick if it moved, else in ``every``."""
+    if member.moved:
+        return 0.0
+    if member.due_at == 0.0:  # newly quiet: a part of ``every`` spread by pid
+        return now + every * (member.pid % 61 + 1) / 61
+    return now + every
 
 
 def _children(pid: int, *, all_threads: bool) -> list[int]:
