@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final, Generic, Protocol, TypeVar
 
@@ -133,35 +133,63 @@ class SourceCall:
 SPILL_SECONDS: Final = 0.01
 
 
-class _Round:
-    """One ``run``'s calls not started yet, shared by the lanes that drain them in order."""
+class _Slot:
+    """One call's result, filled in by the lane that ran it (a plain slot: no Future's locks)."""
 
-    def __init__(self, jobs: list[tuple[SourceCall, Future[SourceResult[object]]]], now: float):
-        self._lock = threading.Lock()
-        self._jobs = deque(jobs)
+    __slots__ = ("call", "cancelled", "result")
+
+    def __init__(self, call: SourceCall) -> None:
+        self.call = call
+        self.result: SourceResult[object] | None = None
+        #: Never started: the round ended before a lane took it.
+        self.cancelled = False
+
+
+class _Round:
+    """One ``run``'s calls, taken in order by the lanes that drain them."""
+
+    def __init__(self, slots: list[_Slot], now: float) -> None:
+        self._done = threading.Condition(threading.Lock())
+        self._queue = deque(slots)
+        self._pending = len(slots)
         self._moved_at = now
         self._closed = False
 
-    def take(self, now: float) -> tuple[SourceCall, Future[SourceResult[object]]] | None:
+    def take(self, now: float) -> _Slot | None:
         """The next call for a lane to run, or None when the round is drained or over."""
-        with self._lock:
-            if self._closed or not self._jobs:
+        with self._done:
+            if self._closed or not self._queue:
                 return None
             self._moved_at = now
-            return self._jobs.popleft()
+            return self._queue.popleft()
+
+    def finish(self, slot: _Slot, result: SourceResult[object]) -> None:
+        """Hand in one call's result; the last one wakes the loop."""
+        slot.result = result
+        with self._done:
+            self._pending -= 1
+            if not self._pending:
+                self._done.notify()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for every call to finish; True once they all have."""
+        with self._done:
+            if self._pending:
+                self._done.wait(timeout)
+            return not self._pending
 
     def stuck_for(self, now: float) -> float:
         """How long calls have waited without a lane taking one (0 when none wait)."""
-        with self._lock:
-            return now - self._moved_at if self._jobs and not self._closed else 0.0
+        with self._done:
+            return now - self._moved_at if self._queue and not self._closed else 0.0
 
-    def close(self) -> list[Future[SourceResult[object]]]:
-        """End the round: the calls no lane took are handed back, never to start."""
-        with self._lock:
+    def close(self) -> None:
+        """End the round: the calls no lane took are cancelled, never to start."""
+        with self._done:
             self._closed = True
-            left = [future for _, future in self._jobs]
-            self._jobs.clear()
-        return left
+            for slot in self._queue:
+                slot.cancelled = True
+            self._queue.clear()
 
 
 class SourceRunner:
@@ -192,56 +220,48 @@ class SourceRunner:
         self._max_lanes = max_workers
         self._clock = clock
         self._spill = spill_seconds
-        self._running: dict[int, Future[SourceResult[object]]] = {}
+        self._running: dict[int, _Slot] = {}
 
     def run(self, calls: Sequence[SourceCall], deadline: float) -> list[SourceResult[object]]:
         """Results in the order of ``calls``; every call gets one, by ``deadline``."""
-        futures: list[Future[SourceResult[object]] | None] = []
-        jobs: list[tuple[SourceCall, Future[SourceResult[object]]]] = []
+        slots: list[_Slot | None] = []
+        fresh: list[_Slot] = []
         for call in calls:
             late = self._running.get(id(call.source))
             if late is not None:  # a late call: its reading, when done, is this tick's
-                futures.append(late if late.done() else None)
+                slots.append(late if late.result is not None else None)
                 continue
-            future: Future[SourceResult[object]] = Future()
-            self._running[id(call.source)] = future
-            futures.append(future)
-            jobs.append((call, future))
-        if jobs:
-            self._drive(_Round(jobs, self._clock()), [f for _, f in jobs], deadline)
-        return [self._result(call, f) for call, f in zip(calls, futures, strict=True)]
+            slot = self._running[id(call.source)] = _Slot(call)
+            slots.append(slot)
+            fresh.append(slot)
+        if fresh:
+            self._drive(_Round(fresh, self._clock()), deadline)
+        return [self._result(call, s) for call, s in zip(calls, slots, strict=True)]
 
-    def _drive(
-        self, rnd: _Round, pending: list[Future[SourceResult[object]]], deadline: float
-    ) -> None:
+    def _drive(self, rnd: _Round, deadline: float) -> None:
         """Run the round's lanes until every call is done or the deadline passes."""
         self._pool.submit(self._lane, rnd, deadline)
         lanes = 1
-        waiting: set[Future[SourceResult[object]]] = set(pending)
-        while waiting and (remaining := deadline - self._clock()) > 0:
-            waiting = wait(waiting, timeout=min(self._spill, remaining)).not_done
-            if waiting and lanes < self._max_lanes and rnd.stuck_for(self._clock()) >= self._spill:
+        while (remaining := deadline - self._clock()) > 0:
+            if rnd.wait(min(self._spill, remaining)):
+                break
+            if lanes < self._max_lanes and rnd.stuck_for(self._clock()) >= self._spill:
                 self._pool.submit(self._lane, rnd, deadline)
                 lanes += 1
-        for future in rnd.close():
-            future.cancel()
+        rnd.close()
 
     def _lane(self, rnd: _Round, deadline: float) -> None:
-        while (job := rnd.take(self._clock())) is not None:
-            call, future = job
-            if not future.set_running_or_notify_cancel():
-                continue
+        while (slot := rnd.take(self._clock())) is not None:
+            call = slot.call
             sample = functools.partial(call.source.sample, deadline)
-            future.set_result(run_source(call.source.name, sample, target=call.target))
+            rnd.finish(slot, run_source(call.source.name, sample, target=call.target))
 
-    def _result(
-        self, call: SourceCall, future: Future[SourceResult[object]] | None
-    ) -> SourceResult[object]:
-        if future is not None and future.done():
+    def _result(self, call: SourceCall, slot: _Slot | None) -> SourceResult[object]:
+        if slot is not None and (slot.result is not None or slot.cancelled):
             self._running.pop(id(call.source), None)
-            if not future.cancelled():
-                return future.result()
-        reason = STILL_RUNNING if future is None else DEADLINE_EXCEEDED
+            if slot.result is not None:
+                return slot.result
+        reason = STILL_RUNNING if slot is None else DEADLINE_EXCEEDED
         status = SourceStatus(call.source.name, False, 0.0, reason, call.target)
         return SourceResult(None, status)
 
@@ -256,4 +276,4 @@ class SourceRunner:
     @property
     def stuck(self) -> int:
         """Calls that have not returned: their threads would hold up the interpreter's exit."""
-        return sum(not f.done() for f in self._running.values())
+        return sum(s.result is None and not s.cancelled for s in self._running.values())
