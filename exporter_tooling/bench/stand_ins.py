@@ -103,6 +103,9 @@ class _HealthHandler(BaseHTTPRequestHandler):
     """
 
     protocol_version = "HTTP/1.1"  # keep-alive: every reply has a Content-Length
+    # TCP_NODELAY, as uvicorn's asyncio transports set: the head and the body are two writes,
+    # and on a kept connection Nagle held the body back for the client's delayed ACK (40 ms).
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         """Answer 200."""
