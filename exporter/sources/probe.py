@@ -355,7 +355,7 @@ class _Connection:
         self.sock.close()
 
 
-def _stale(conn: _Connection, exc: Exception) -> bool:
+def _stale(conn: _Connection, exc: BaseException) -> bool:
     """True when ``conn`` failed before any byte of the response arrived, as a closed one does.
 
     The send broke (EPIPE, ECONNRESET) or the first read met an end of file or a reset: a
@@ -824,7 +824,7 @@ class Prober:
         conn.received, conn.eof = 0, False
         try:
             self._send_and_read(conn, request, reply, deadline)
-        except Exception as exc:
+        except BaseException as exc:  # closed on anything, as a finally would
             stale = reused and _stale(conn, exc)
             if stale:
                 dog.watch(None)  # lets go of this socket; the fresh try watches its own
@@ -854,10 +854,8 @@ class Prober:
                 (b"Content-Type", b"application/json"),
                 (b"Content-Length", b"%d" % len(content)),
             ]
-        data = conn.h11.send(
-            h11.Request(method=request.method, target=route.target, headers=headers)
-        )
-        data = data or b""
+        head = h11.Request(method=request.method, target=route.target, headers=headers)
+        data = conn.h11.send(head) or b""
         if content:
             data += conn.h11.send(h11.Data(data=content)) or b""
         data += conn.h11.send(h11.EndOfMessage()) or b""
@@ -911,6 +909,7 @@ class Prober:
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 sock.do_handshake()
         except BaseException:
+            dog.watch(None)  # before close(): the watchdog must not touch a released socket
             sock.close()
             raise
         return sock
