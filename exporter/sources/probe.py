@@ -318,6 +318,8 @@ class _Connection:
                 if remaining <= 0:
                     raise _Expired
                 self.sock.settimeout(remaining)
+                if self.received:  # the reply came in parts: acknowledge what came at once
+                    _ack_at_once(self.sock)
                 data = self.sock.recv(_READ_BYTES)
                 self.received += len(data)
                 self.eof = not data
@@ -369,12 +371,13 @@ def _stale(conn: _Connection, exc: BaseException) -> bool:
 
 
 def _ack_at_once(sock: socket.socket) -> None:
-    """Have the kernel acknowledge the reply's first segment at once (Linux; a no-op elsewhere).
+    """Acknowledge what arrived now rather than in 40 ms (Linux; a no-op elsewhere).
 
     A server that writes its head and body apart with Nagle on (no TCP_NODELAY) holds the
     body until the head is acknowledged, and on a kept connection Linux delays that ACK by
-    40 ms; a fresh connection's first segments are acknowledged at once, which hid this. The
-    flag is not sticky: it is set for each exchange, after the request went out.
+    up to 40 ms; a fresh connection's first segments are acknowledged at once, which hid
+    this. Setting TCP_QUICKACK sends an ACK the kernel holds back; the flag is not sticky,
+    so it is set before each further read of a reply that came in parts, and only then.
     """
     if _TCP_QUICKACK is not None:
         with contextlib.suppress(OSError):  # not TCP (a test's unix socket): nothing to do
@@ -861,7 +864,6 @@ class Prober:
         data += conn.h11.send(h11.EndOfMessage()) or b""
         conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
         conn.sock.sendall(data)
-        _ack_at_once(conn.sock)
         response = conn.next_event(deadline)
         if not isinstance(response, h11.Response):
             raise h11.RemoteProtocolError("no response")
