@@ -3,10 +3,13 @@ chosen per test.
 
 Routes are plain callables made by the factories below (``reply``, ``trickle``, ``endless``,
 ``gzip_bomb``, ``redirect``, ``hang``). A server records what it saw and joins its threads on close.
+It speaks HTTP/1.0 unless made with ``keep_alive``: then HTTP/1.1 with kept connections, as the
+engines' own servers answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -18,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from socket import AF_UNIX, socket
+from socket import AF_UNIX, SHUT_RDWR, socket
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -56,6 +59,24 @@ class Exchange(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"  # close-delimited bodies: endless streams need no chunking
     timeout = 5.0  # a silent client must not hold a thread past the test
     body = b""
+    #: Requests this connection carried so far, the current one included (1: a fresh one).
+    requests_on_connection = 0
+
+    def setup(self) -> None:
+        """Take the server's protocol (and idle timeout) before the connection is read."""
+        owner = self.server.owner
+        if owner.keep_alive:
+            self.protocol_version = "HTTP/1.1"
+            self.timeout = owner.idle_timeout
+        super().setup()
+        owner.track(self.connection)
+
+    def finish(self) -> None:
+        """Forget the connection: it is closed after this."""
+        try:
+            super().finish()
+        finally:
+            self.server.owner.untrack(self.connection)
 
     @property
     def stopping(self) -> threading.Event:
@@ -80,6 +101,7 @@ class Exchange(BaseHTTPRequestHandler):
         return True
 
     def _dispatch(self) -> None:
+        self.requests_on_connection += 1
         length = int(self.headers.get("Content-Length") or 0)
         self.body = self.rfile.read(length) if length else b""
         owner = self.server.owner
@@ -102,10 +124,10 @@ class _Server(ThreadingHTTPServer):
     block_on_close = True
     request_queue_size = 128
 
-    def __init__(self, owner: LoopbackServer, tls: ssl.SSLContext | None) -> None:
+    def __init__(self, owner: LoopbackServer, tls: ssl.SSLContext | None, port: int = 0) -> None:
         self.owner = owner
         self.tls = tls
-        super().__init__(("127.0.0.1", 0), Exchange)
+        super().__init__(("127.0.0.1", port), Exchange)
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
         self.owner.connections += 1  # serve_forever's thread only: no lock needed
@@ -156,6 +178,8 @@ class LoopbackServer:
         connections: TCP connections accepted.
         bytes_sent: body bytes routes wrote successfully.
         stopping: set by ``close()``; ``hang`` and ``trickle`` return when it is.
+        keep_alive: HTTP/1.1 with kept connections (``keep_alive=True``), else HTTP/1.0.
+        idle_timeout: with ``keep_alive``, a connection idle this long is closed by the server.
     """
 
     def __init__(
@@ -164,17 +188,24 @@ class LoopbackServer:
         *,
         tls: TlsFiles | None = None,
         unix_socket: str | None = None,
+        keep_alive: bool = False,
+        idle_timeout: float = Exchange.timeout,
+        port: int = 0,
     ) -> None:
         self.routes: dict[str, Route] = dict(routes or {})
         self.requests: list[RecordedRequest] = []
         self.connections = 0
         self.bytes_sent = 0
         self.stopping = threading.Event()
+        self.keep_alive = keep_alive
+        self.idle_timeout = idle_timeout
+        self._open: set[socket] = set()  # connections a handler serves now
+        self._open_lock = threading.Lock()
         if unix_socket is not None:  # ``url`` is then only a placeholder host
             self._httpd: _Server = _UnixServer(self, unix_socket)
             self.port = 0
         else:
-            self._httpd = _Server(self, _server_context(tls) if tls else None)
+            self._httpd = _Server(self, _server_context(tls) if tls else None, port)
             self.port = int(self._httpd.server_address[1])
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self._thread = threading.Thread(
@@ -186,14 +217,35 @@ class LoopbackServer:
         """Stop serving, release waiting routes and join every thread."""
         self.stopping.set()
         self._httpd.shutdown()
+        with self._open_lock:  # a kept connection's handler waits for its next request: end it
+            for conn in self._open if self.keep_alive else ():
+                _hang_up(conn)
         self._httpd.server_close()
         self._thread.join()
+
+    def track(self, conn: socket) -> None:
+        """Remember a connection being served (hung up at once if the server is closing)."""
+        with self._open_lock:
+            self._open.add(conn)
+            if self.keep_alive and self.stopping.is_set():
+                _hang_up(conn)
+
+    def untrack(self, conn: socket) -> None:
+        """Forget a connection whose handler is done."""
+        with self._open_lock:
+            self._open.discard(conn)
 
     def __enter__(self) -> LoopbackServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _hang_up(conn: socket) -> None:
+    # The base method: SSLSocket.shutdown would also drop the SSL object its handler uses.
+    with contextlib.suppress(OSError):  # already gone
+        socket.shutdown(conn, SHUT_RDWR)
 
 
 def closed_port() -> int:

@@ -5,8 +5,10 @@ bodies or the API key. ``X-Prometheus-Scrape-Timeout-Seconds`` does not apply: p
 daemon's loop, not on demand for a scrape.
 
 The probes speak HTTP/1.1 through h11 over a plain socket: httpx's layers cost about 1 ms of
-CPU a request, most of a target's tick (issue 18). httpx still parses the target's URL, so a
-URL means here what ``check-config`` (which asks httpx) judged it to mean.
+CPU a request, most of a target's tick (issue 18). The loop's requests reuse one kept-alive
+connection per target, as the engines' servers (uvicorn, axum, cpp-httplib, Triton's) allow:
+a new TCP connection every tick was the larger part of what is left. httpx still parses the
+target's URL, so a URL means here what ``check-config`` (which asks httpx) judged it to mean.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import itertools
 import json
 import logging
 import os
+import select
 import socket
 import ssl
 import stat
@@ -55,6 +58,7 @@ _DECODED_ENCODINGS: Final = frozenset({"gzip", "x-gzip", "deflate"})
 #: Largest response head accepted: httpcore's limit, so a reply refused today is refused still.
 _MAX_HEAD_BYTES: Final = 100 * 1024
 _READ_BYTES: Final = 65536
+_TCP_QUICKACK: Final[int | None] = getattr(socket, "TCP_QUICKACK", None)
 # Events of httpcore's ``trace`` extension that hand over the connection's network stream.
 # connect_unix_socket: the Docker Engine API's socket (exporter/discovery/docker.py).
 _STREAM_EVENTS: Final = frozenset(
@@ -261,6 +265,11 @@ class _Route:
     target: bytes  # the request line's target: the base URL's path joined with the probe's
     host_header: bytes
 
+    @property
+    def origin(self) -> tuple[str, int, bool]:
+        """Where a connection for this route goes: host, port and TLS or not."""
+        return (self.host, self.port, self.tls)
+
 
 def _route(base_url: str, path: str) -> _Route:
     """The route httpx's ``Client(base_url=...)`` would take for ``path``.
@@ -282,24 +291,112 @@ def _route(base_url: str, path: str) -> _Route:
     )
 
 
-def _next_event(conn: h11.Connection, sock: socket.socket, deadline: float) -> Any:
-    """The next response event, reading as needed; each read bounded by the time left.
+class _Connection:
+    """One HTTP/1.1 connection: a connected socket, its h11 state and the origin it goes to."""
 
-    Raises:
-        _Expired: the deadline passed between reads.
-        h11.RemoteProtocolError: the reply is malformed or ended early.
-        OSError: the connection failed (TimeoutError when a read ran out of time).
+    __slots__ = ("eof", "h11", "origin", "received", "sock")
+
+    def __init__(self, sock: socket.socket, origin: tuple[str, int, bool]) -> None:
+        self.sock = sock
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
+        self.origin = origin
+        self.received = 0  # bytes of the current exchange's response read so far
+        self.eof = False  # the last read met the end of the stream
+
+    def next_event(self, deadline: float) -> Any:
+        """The next response event, reading as needed; each read bounded by the time left.
+
+        Raises:
+            _Expired: the deadline passed between reads.
+            h11.RemoteProtocolError: the reply is malformed or ended early.
+            OSError: the connection failed (TimeoutError when a read ran out of time).
+        """
+        while True:
+            event = self.h11.next_event()
+            if event is h11.NEED_DATA:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _Expired
+                self.sock.settimeout(remaining)
+                if self.received:  # the reply came in parts: acknowledge what came at once
+                    _ack_at_once(self.sock)
+                data = self.sock.recv(_READ_BYTES)
+                self.received += len(data)
+                self.eof = not data
+                self.h11.receive_data(data)
+            elif not isinstance(event, h11.InformationalResponse):  # 1xx: skipped, as httpcore did
+                return event
+
+    def reusable(self) -> bool:
+        """True when the exchange ended cleanly and nothing followed it: fit for the next one.
+
+        Anything else (``Connection: close`` or HTTP/1.0, so h11 says ``MUST_CLOSE``; a body
+        left unread) leaves a state no next request can start from.
+        """
+        return (
+            self.h11.our_state is h11.DONE
+            and self.h11.their_state is h11.DONE
+            and not self.h11.trailing_data[0]  # bytes past the reply: h11 would parse them next
+        )
+
+    def idle(self) -> bool:
+        """True when nothing arrived since the last exchange ended.
+
+        Readable while idle means the peer closed it (uvicorn does after 5 s idle) or sent
+        something unasked: either way no request should go over it. poll, not select: a
+        daemon watching many targets may hold descriptors past select's 1024.
+        """
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return False  # decrypted already, so the descriptor alone would not show it
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        return not poller.poll(0)
+
+    def close(self) -> None:
+        """Close the socket; the caller has made sure no watchdog still watches it."""
+        self.sock.close()
+
+
+def _stale(conn: _Connection, exc: BaseException) -> bool:
+    """True when ``conn`` failed before any byte of the response arrived, as a closed one does.
+
+    The send broke (EPIPE, ECONNRESET) or the first read met an end of file or a reset: a
+    server closing its idle connection as the request went out looks exactly like this.
     """
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _Expired
-            sock.settimeout(remaining)
-            conn.receive_data(sock.recv(_READ_BYTES))
-        elif not isinstance(event, h11.InformationalResponse):  # 1xx: skipped, as httpcore did
-            return event
+    if conn.received:
+        return False
+    if conn.eof or isinstance(exc, ssl.SSLEOFError):  # SSLEOFError: TLS's unclean end of file
+        return True
+    return isinstance(exc, OSError) and exc.errno in (errno.EPIPE, errno.ECONNRESET)
+
+
+def _ack_at_once(sock: socket.socket) -> None:
+    """Acknowledge what arrived now rather than in 40 ms (Linux; a no-op elsewhere).
+
+    A server that writes its head and body apart with Nagle on (no TCP_NODELAY) holds the
+    body until the head is acknowledged, and on a kept connection Linux delays that ACK by
+    up to 40 ms; a fresh connection's first segments are acknowledged at once, which hid
+    this. Setting TCP_QUICKACK sends an ACK the kernel holds back; the flag is not sticky,
+    so it is set before each further read of a reply that came in parts, and only then.
+    """
+    if _TCP_QUICKACK is not None:
+        with contextlib.suppress(OSError):  # not TCP (a test's unix socket): nothing to do
+            sock.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
+
+
+class _Stale(Exception):
+    """A reused connection that the server had closed: one fresh connection is tried."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """One request as the exchange sends it, the same on a retry."""
+
+    method: str
+    route: _Route
+    content: bytes | None
+    cap: int  # the body cap, after decompression
+    keep: bool  # over the kept connection, and kept after when it ended cleanly
 
 
 def _json(body: bytes) -> Any:
@@ -459,12 +556,23 @@ def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
 
 
 class Prober:
-    """Health and completion probes of one target, each over its own HTTP/1.1 connection.
+    """Health and completion probes of one target over HTTP/1.1.
 
-    Every call makes exactly one request (no retries, no redirects, no proxy: nothing reads
-    the environment) and returns within ``target.probe_timeout_seconds`` plus scheduling slack.
-    As a ``Source`` (``sample``) it is the health probe; the completion probe can take
-    seconds, so the daemon runs it beside the loop rather than in a tick.
+    The health probe and what ``sample`` asks after it (sleep state, engine report) share one
+    kept-alive connection, reused across ticks while every exchange on it ends cleanly and it
+    stays quiet while idle; anything else closes it and the next request connects afresh. The
+    completion probe runs in another thread: it opens a connection of its own per call and
+    closes it after.
+
+    Every call makes one request (no redirects, no proxy: nothing reads the environment),
+    retried once in one case only: when a reused kept connection fails before any byte of
+    the response arrived (the send breaks with EPIPE or ECONNRESET, or the first read meets
+    an end of file or a reset: the server closed it as it was reused), the request is sent
+    once more over a fresh connection, within the same total deadline. Never after a fresh
+    connection failed, never once response bytes arrived, never for the completion probe.
+    Each call returns within ``target.probe_timeout_seconds`` plus scheduling slack. As a
+    ``Source`` (``sample``) it is the health probe; the completion probe can take seconds,
+    so the daemon runs it beside the loop rather than in a tick.
     """
 
     name: Final = "probe"
@@ -503,16 +611,23 @@ class Prober:
         self._report: EngineReport | None = None
         self._report_final = False
         self._report_due = 0.0
+        # The loop's kept connection. Taken out while a request uses it, so close() (another
+        # thread's, at shutdown, even while a stuck sample runs) never closes a socket in use.
+        self._kept: _Connection | None = None
+        self._kept_lock: Final = threading.Lock()
+        self._closed = False
 
     def probe_health(self) -> ProbeResult:
-        """GET the engine's health path; OK on any 2xx. Never raises."""
+        """GET the engine's health path over the kept connection; OK on any 2xx. Never raises."""
         return self._probe(ProbeKind.HEALTH, "GET", self._target.health_path, None, self._timeout)
 
     def sample(self, deadline: float | None = None) -> ProbeResult:
         """The health probe as the loop's source; the probe timeout bounds it.
 
         After a good health probe of an engine with a sleep mode, the same budget also asks
-        whether it sleeps (vLLM answers 200 to ``/health`` while asleep).
+        whether it sleeps (vLLM answers 200 to ``/health`` while asleep). Every request goes
+        over the kept connection. Never called concurrently with itself (the runner starts no
+        source whose last call still runs).
         """
         health = self.probe_health()
         if health.ok and self._target.profile.sleep_path is not None:
@@ -552,7 +667,9 @@ class Prober:
         method, path, body = REQUESTS[kind]
         reply = _Reply()
         try:
-            self._request(method, path, body, reply, max(budget, 0.05), REPORT_MAX_BODY_BYTES)
+            self._request(
+                method, path, body, reply, max(budget, 0.05), REPORT_MAX_BODY_BYTES, keep=True
+            )
         except _Failed:
             return None
         if reply.status is None or not 200 <= reply.status < 300:
@@ -560,7 +677,10 @@ class Prober:
         return read_report(kind, reply.body)
 
     def probe_completion(self) -> ProbeResult:
-        """POST a tiny greedy completion; OK only on 2xx JSON with ``choices``. Never raises."""
+        """POST a tiny greedy completion; OK only on 2xx JSON with ``choices``. Never raises.
+
+        Over a fresh connection of its own, closed after: it runs beside the loop's requests.
+        """
         probe = self._target.completion
         if probe is None:
             return ProbeResult(ProbeKind.COMPLETION, ProbeOutcome.ERROR, None, 0.0, time.time())
@@ -579,7 +699,12 @@ class Prober:
         )
 
     def close(self) -> None:
-        """Release what the probes hold; nothing yet: each closes its connection when done."""
+        """Close the kept connection; a request still running then keeps nothing after it."""
+        with self._kept_lock:
+            self._closed = True
+            kept, self._kept = self._kept, None
+        if kept is not None:
+            kept.close()  # idle: no watchdog watches it
         self._routes.clear()
 
     def _probe(
@@ -588,7 +713,7 @@ class Prober:
         started = time.monotonic()
         reply = _Reply()
         try:
-            self._request(method, path, content, reply, timeout)
+            self._request(method, path, content, reply, timeout, keep=kind is ProbeKind.HEALTH)
             result = _judge(kind, reply)
         except _Failed as failed:  # the probe's contract: an outcome, never an exception
             result = ProbeResult(kind, failed.outcome, reply.status, 0.0, 0.0)
@@ -604,12 +729,18 @@ class Prober:
         reply: _Reply,
         timeout: float,
         cap: int | None = None,
+        *,
+        keep: bool,
     ) -> None:
-        """One bounded exchange into ``reply``; any failure as ``_Failed`` with its outcome."""
+        """One bounded exchange into ``reply``; any failure as ``_Failed`` with its outcome.
+
+        With ``keep`` it goes over the kept connection (and keeps it for the next when it
+        ended cleanly); otherwise over a fresh connection, closed after.
+        """
         dog = Watchdog(timeout)
         try:
             deadline = time.monotonic() + timeout
-            self._exchange(method, path, content, reply, deadline, dog, cap or self._cap)
+            self._exchange(method, path, content, reply, deadline, dog, cap or self._cap, keep)
         except Exception as exc:
             outcome = _classify(exc, dog.fired)
             if outcome is ProbeOutcome.ERROR:
@@ -634,7 +765,7 @@ class Prober:
             return None
         reply = _Reply()
         try:
-            self._request("GET", path, None, reply, max(budget, 0.05))
+            self._request("GET", path, None, reply, max(budget, 0.05), keep=True)
         except _Failed:
             return None
         if reply.status in (404, 405):
@@ -659,39 +790,110 @@ class Prober:
         deadline: float,
         dog: Watchdog,
         cap: int,
+        keep: bool,
     ) -> None:
         route = self._routes.get(path)
         if route is None:
             route = self._routes[path] = _route(self._target.base_url, path)
+        request = _Request(method, route, content, cap, keep)
+        kept = self._take_kept(route) if keep else None
+        if kept is not None:
+            try:
+                self._over(kept, request, reply, deadline, dog, reused=True)
+                return
+            except _Stale:
+                if time.monotonic() >= deadline:  # the one fresh try stays inside the deadline
+                    raise _Expired from None
+        sock = self._connect(route, deadline, dog)
+        self._over(_Connection(sock, route.origin), request, reply, deadline, dog, reused=False)
+
+    def _over(
+        self,
+        conn: _Connection,
+        request: _Request,
+        reply: _Reply,
+        deadline: float,
+        dog: Watchdog,
+        *,
+        reused: bool,
+    ) -> None:
+        """One exchange over ``conn``, then kept for the next (``request.keep``) or closed.
+
+        Raises:
+            _Stale: ``conn`` was reused and failed before any byte of the response (closed
+                now; the watchdog stays armed for the one fresh try).
+        """
+        dog.watch(conn.sock)
+        conn.received, conn.eof = 0, False
+        try:
+            self._send_and_read(conn, request, reply, deadline)
+        except BaseException as exc:  # closed on anything, as a finally would
+            stale = reused and _stale(conn, exc)
+            if stale:
+                dog.watch(None)  # lets go of this socket; the fresh try watches its own
+                fired = dog.fired
+            else:
+                fired = dog.disarm()
+            conn.close()  # after watch(None) or disarm(): no watchdog touches a released socket
+            if stale and not fired:
+                raise _Stale from exc
+            raise
+        fired = dog.disarm()  # before close(), as above; a kept socket is watched by no one
+        if fired or not (request.keep and conn.reusable()):
+            conn.close()
+            if fired:  # a close-delimited body cut by the watchdog looks complete; it is not
+                raise _Expired
+            return
+        conn.h11.start_next_cycle()
+        self._keep(conn)
+
+    def _send_and_read(
+        self, conn: _Connection, request: _Request, reply: _Reply, deadline: float
+    ) -> None:
+        route, content = request.route, request.content
         headers = [(b"Host", route.host_header), *self._headers]
         if content is not None:
             headers += [
                 (b"Content-Type", b"application/json"),
                 (b"Content-Length", b"%d" % len(content)),
             ]
-        conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
-        data = conn.send(h11.Request(method=method, target=route.target, headers=headers)) or b""
+        head = h11.Request(method=request.method, target=route.target, headers=headers)
+        data = conn.h11.send(head) or b""
         if content:
-            data += conn.send(h11.Data(data=content)) or b""
-        data += conn.send(h11.EndOfMessage()) or b""
-        sock = self._connect(route, deadline, dog)
-        try:
-            sock.settimeout(max(deadline - time.monotonic(), 0.001))
-            sock.sendall(data)
-            response = _next_event(conn, sock, deadline)
-            if not isinstance(response, h11.Response):
-                raise h11.RemoteProtocolError("no response")
-            reply.status = response.status_code
-            if not _body_ignored(response.status_code):
-                decoder = _BodyDecoder(_content_encoding(response.headers), cap)
-                while isinstance(event := _next_event(conn, sock, deadline), h11.Data):
-                    decoder.feed(bytes(event.data))
-                reply.body = bytes(decoder.body)
-        finally:
-            fired = dog.disarm()  # before close(): the socket must not be touched once released
-            sock.close()
-        if fired:  # a close-delimited body cut by the watchdog looks complete; it is not
-            raise _Expired
+            data += conn.h11.send(h11.Data(data=content)) or b""
+        data += conn.h11.send(h11.EndOfMessage()) or b""
+        conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        conn.sock.sendall(data)
+        response = conn.next_event(deadline)
+        if not isinstance(response, h11.Response):
+            raise h11.RemoteProtocolError("no response")
+        reply.status = response.status_code
+        if not _body_ignored(response.status_code):  # an unread body: the connection is closed
+            decoder = _BodyDecoder(_content_encoding(response.headers), request.cap)
+            while isinstance(event := conn.next_event(deadline), h11.Data):
+                decoder.feed(bytes(event.data))
+            reply.body = bytes(decoder.body)
+
+    def _take_kept(self, route: _Route) -> _Connection | None:
+        """The kept connection when it goes to ``route``'s origin and stayed quiet; else None."""
+        with self._kept_lock:
+            kept, self._kept = self._kept, None
+        if kept is None:
+            return None
+        if kept.origin == route.origin and kept.idle():
+            return kept
+        kept.close()  # idle: no watchdog watches it
+        return None
+
+    def _keep(self, conn: _Connection) -> None:
+        """Keep ``conn`` for the next request, unless the prober was closed meanwhile."""
+        with self._kept_lock:
+            if self._closed or self._kept is not None:
+                spare: _Connection | None = conn
+            else:
+                self._kept, spare = conn, None
+        if spare is not None:
+            spare.close()
 
     def _connect(self, route: _Route, deadline: float, dog: Watchdog) -> socket.socket:
         """A connected (and for https, handshaken) socket, watched by ``dog``; no proxy."""
@@ -709,6 +911,7 @@ class Prober:
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 sock.do_handshake()
         except BaseException:
+            dog.watch(None)  # before close(): the watchdog must not touch a released socket
             sock.close()
             raise
         return sock

@@ -96,7 +96,16 @@ def _has_children(pid: int, count: int) -> Callable[[], bool]:
 
 
 class _HealthHandler(BaseHTTPRequestHandler):
-    """Answers every GET with 200 and ``{}``: a ready engine's health endpoint."""
+    """Answers every GET with 200 and ``{}``: a ready engine's health endpoint.
+
+    HTTP/1.1 with keep-alive, as the engines' own servers (uvicorn, axum, cpp-httplib) answer:
+    an HTTP/1.0 stand-in would make every probe pay for a new connection no engine costs.
+    """
+
+    protocol_version = "HTTP/1.1"  # keep-alive: every reply has a Content-Length
+    # TCP_NODELAY, as uvicorn's asyncio transports set: the head and the body are two writes,
+    # and on a kept connection Nagle held the body back for the client's delayed ACK (40 ms).
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         """Answer 200."""
@@ -110,12 +119,19 @@ class _HealthHandler(BaseHTTPRequestHandler):
         """Stay quiet: one line per probe would drown the table."""
 
 
+class _HealthHttpd(ThreadingHTTPServer):
+    """A thread per connection; a backlog that holds every target's connect at once."""
+
+    daemon_threads = True  # a kept connection's thread waits for its next request: not joined
+    # Python's default of 5 made probes time out against the stand-in at 16+ targets.
+    request_queue_size = 128
+
+
 class HealthServer:
     """The health endpoint every idle tree's target is probed at, served from a thread."""
 
     def __init__(self) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _HealthHandler)
-        self._server.daemon_threads = True
+        self._server = _HealthHttpd(("127.0.0.1", 0), _HealthHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 

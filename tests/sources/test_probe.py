@@ -433,3 +433,214 @@ def test_engines_without_a_sleep_mode_are_never_asked(server, prober_for):
     server.routes["/health"] = reply(200, b"{}")
     prober_for(make_target(server.url)).sample()
     assert [r.path for r in server.requests] == ["/health"]
+
+
+# --- kept connections (HTTP/1.1 keep-alive) ---------------------------------------------------
+
+
+@pytest.fixture
+def kept():
+    with LoopbackServer({"/health": reply(200, {"status": "ok"})}, keep_alive=True) as srv:
+        yield srv
+
+
+def say_nothing(ex: Exchange) -> None:
+    """Read the request, close without a reply: a server dropping an idle connection as it
+    was reused looks exactly like this to the client."""
+    ex.close_connection = True
+
+
+def outcomes(results: list[ProbeResult]) -> list[ProbeOutcome]:
+    return [r.outcome for r in results]
+
+
+@pytest.mark.integration
+def test_health_probes_reuse_one_connection(kept, prober_for):
+    prober = prober_for(make_target(kept.url))
+    results = [prober.probe_health() for _ in range(20)]
+    assert outcomes(results) == [OK] * 20
+    assert (kept.connections, len(kept.requests)) == (1, 20)
+    # The server writes head and body apart with Nagle on: no 40 ms delayed-ACK stall each.
+    assert sorted(r.duration_seconds for r in results)[10] < 0.02
+
+
+@pytest.mark.integration
+def test_tls_connection_is_reused_too(prober_for, tmp_path):
+    tls = make_tls_files(tmp_path)
+    with LoopbackServer({"/health": reply(200, b"")}, tls=tls, keep_alive=True) as srv:
+        prober = prober_for(make_target(srv.url), ca_file=tls.ca_file)
+        assert outcomes([prober.probe_health() for _ in range(5)]) == [OK] * 5
+        assert srv.connections == 1
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("server_kind", ["http/1.0", "connection-close"])
+def test_a_server_that_closes_after_each_reply_gets_a_fresh_connection_each(
+    prober_for, server_kind
+):
+    http11 = server_kind == "connection-close"
+    route = reply(200, b"{}", headers={"Connection": "close"} if http11 else None)
+    with LoopbackServer({"/health": route}, keep_alive=http11) as srv:
+        prober = prober_for(make_target(srv.url))
+        assert outcomes([prober.probe_health() for _ in range(5)]) == [OK] * 5
+        assert (srv.connections, len(srv.requests)) == (5, 5)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_a_server_closing_idle_connections_never_fails_a_probe(prober_for, tmp_path, tls):
+    files = make_tls_files(tmp_path) if tls else None
+    routes = {"/health": reply(200, b"")}
+    with LoopbackServer(routes, tls=files, keep_alive=True, idle_timeout=0.05) as srv:
+        prober = prober_for(make_target(srv.url), ca_file=files.ca_file if files else None)
+        results = []
+        for _ in range(4):
+            results.append(prober.probe_health())
+            time.sleep(0.2)  # the server closes the kept connection meanwhile
+        assert outcomes(results) == [OK] * 4
+        assert (srv.connections, len(srv.requests)) == (4, 4)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("when", ["with-the-reply", "while-idle"])
+def test_bytes_past_the_reply_are_never_read_as_the_next_reply(kept, prober_for, when):
+    junk = b"HTTP/1.1 500 Not Asked For\r\nContent-Length: 0\r\n\r\n"
+
+    def reply_then_junk(ex: Exchange) -> None:
+        ex.send_head(200, {"Content-Length": "2"})
+        if when == "with-the-reply":  # read with the body: left in h11's buffer
+            ex.write(b"{}" + junk)
+        else:  # arrives after the exchange ended: only a look before reuse sees it
+            ex.write(b"{}")
+            ex.stopping.wait(0.03)
+            ex.write(junk)
+
+    kept.routes["/health"] = reply_then_junk
+    prober = prober_for(make_target(kept.url))
+    results = []
+    for _ in range(3):
+        results.append(prober.probe_health())
+        time.sleep(0.2)  # the junk is in before the next probe, even on a busy machine
+    assert [(r.outcome, r.status_code) for r in results] == [(OK, 200)] * 3
+    assert kept.connections == 3  # each tainted connection was dropped, never reused
+
+
+@pytest.mark.integration
+def test_a_kept_connection_closed_as_it_is_reused_gets_one_fresh_try(kept, prober_for):
+    def close_if_reused(ex: Exchange) -> None:
+        if ex.requests_on_connection > 1:
+            say_nothing(ex)
+        else:
+            reply(200, b"")(ex)
+
+    kept.routes["/health"] = close_if_reused
+    prober = prober_for(make_target(kept.url))
+    assert outcomes([prober.probe_health() for _ in range(3)]) == [OK] * 3
+    # probes 2 and 3 each: the request on the kept connection, then one on a fresh one
+    assert (kept.connections, len(kept.requests)) == (3, 5)
+
+
+@pytest.mark.integration
+def test_the_fresh_try_is_the_only_retry(kept, prober_for):
+    prober = prober_for(make_target(kept.url))
+    assert prober.probe_health().ok
+    kept.routes["/health"] = say_nothing
+    assert prober.probe_health().outcome is ProbeOutcome.ERROR
+    assert (kept.connections, len(kept.requests)) == (2, 3)  # kept, then one fresh: no more
+
+
+@pytest.mark.integration
+def test_no_retry_once_reply_bytes_arrived(kept, prober_for):
+    def half_a_head(ex: Exchange) -> None:
+        ex.write(b"HTTP/1.1 200 OK\r\nContent-Le")
+        ex.close_connection = True
+
+    prober = prober_for(make_target(kept.url))
+    assert prober.probe_health().ok
+    kept.routes["/health"] = half_a_head
+    assert prober.probe_health().outcome is ProbeOutcome.ERROR
+    assert (kept.connections, len(kept.requests)) == (1, 2)
+
+
+@pytest.mark.integration
+def test_completion_probe_uses_a_connection_of_its_own(kept, prober_for):
+    kept.routes["/v1/completions"] = say_nothing
+    prober = prober_for(make_target(kept.url))
+    assert prober.probe_health().ok
+    assert prober.probe_completion().outcome is ProbeOutcome.ERROR  # fresh: never retried
+    kept.routes["/v1/completions"] = reply(200, CHOICES)
+    assert prober.probe_completion().ok
+    assert prober.probe_health().ok
+    # health kept one connection across; each completion opened (and closed) its own
+    assert (kept.connections, len(kept.requests)) == (3, 4)
+
+
+@pytest.mark.integration
+def test_a_stopped_server_is_refused_and_a_restarted_one_answers(prober_for):
+    with LoopbackServer({"/health": reply(200, b"")}, keep_alive=True) as first:
+        port = first.port
+        prober = prober_for(make_target(first.url))
+        assert prober.probe_health().ok
+    assert prober.probe_health().outcome is ProbeOutcome.REFUSED
+    with LoopbackServer({"/health": reply(200, b"")}, keep_alive=True, port=port) as again:
+        assert outcomes([prober.probe_health() for _ in range(2)]) == [OK, OK]
+        assert again.connections == 1
+
+
+POISONS = {  # id: (route, outcome): replies that leave the connection unfit for another
+    "401-body-not-read": (reply(401, {"error": "invalid api key"}), ProbeOutcome.UNAUTHORIZED),
+    "body-over-the-cap": (endless(1 << 20), ProbeOutcome.BODY_TOO_LARGE),
+    "undecodable-body": (
+        reply(200, b"\x00\x01", headers={"Content-Encoding": "br"}), ProbeOutcome.BAD_BODY,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("route", "outcome"), POISONS.values(), ids=POISONS.keys())
+def test_an_unfinished_reply_does_not_poison_the_next_probe(kept, prober_for, route, outcome):
+    prober = prober_for(make_target(kept.url), max_body_bytes=CAP)
+    assert prober.probe_health().ok
+    kept.routes["/health"] = route
+    assert prober.probe_health().outcome is outcome
+    kept.routes["/health"] = reply(200, b"")
+    assert prober.probe_health().ok
+    assert kept.connections == 2
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("route", [hang(), trickle(0.2)], ids=["hang", "body-trickles"])
+def test_the_total_deadline_holds_on_a_reused_connection(kept, prober_for, route):
+    prober = prober_for(make_target(kept.url, timeout=0.5))
+    assert prober.probe_health().ok
+    kept.routes["/health"] = route
+    started = time.monotonic()
+    result = prober.probe_health()
+    wall = time.monotonic() - started
+    assert result.outcome is ProbeOutcome.TIMEOUT
+    assert 0.5 <= wall < 1.0
+    assert kept.connections == 1  # it was the kept connection that hung
+    kept.routes["/health"] = reply(200, b"")
+    assert prober.probe_health().ok
+    assert kept.connections == 2  # the one the watchdog shut was dropped
+
+
+@pytest.mark.integration
+def test_vllm_health_and_sleep_state_share_one_connection(kept, prober_for):
+    kept.routes["/health"] = reply(200, b"")
+    kept.routes["/is_sleeping"] = reply(200, {"is_sleeping": False})
+    prober = prober_for(vllm_target(kept.url))
+    results = [prober.sample() for _ in range(3)]
+    assert all(r.ok and r.sleeping is False for r in results)
+    assert [r.path for r in kept.requests] == ["/health", "/is_sleeping"] * 3
+    assert kept.connections == 1
+
+
+@pytest.mark.integration
+def test_close_drops_the_kept_connection(kept, prober_for):
+    prober = prober_for(make_target(kept.url))
+    assert prober.probe_health().ok
+    prober.close()
+    assert prober.probe_health().ok  # still answers after close, over a new connection
+    assert prober.probe_health().ok  # ... and keeps none: a closed prober holds no socket
+    assert kept.connections == 3
