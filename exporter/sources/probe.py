@@ -603,9 +603,12 @@ class Prober:
         if key is not None:
             headers.append((b"Authorization", f"Bearer {key}".encode("ascii")))
         self._headers: Final = tuple(headers)
-        self._tls: Final = _ssl_context(ca_file)
+        health = _route(target.base_url, target.health_path)
+        # Every path shares the base URL's scheme; loading the system CA store costs about
+        # 1 MiB of native memory, which a plain-HTTP fleet never needs.
+        self._tls: Final = _ssl_context(ca_file) if health.tls or ca_file else None
         # By path, a handful per target; the health path's now, as check-config vouched for it.
-        self._routes = {target.health_path: _route(target.base_url, target.health_path)}
+        self._routes = {target.health_path: health}
         self._last: dict[ProbeKind, ProbeOutcome] = {}
         self._sleep_retry_at = 0.0
         self._report: EngineReport | None = None
@@ -903,6 +906,7 @@ class Prober:
         try:
             dog.watch(sock)
             if route.tls:
+                assert self._tls is not None  # made whenever the base URL is https
                 # The handshake after watch(): wrapping takes the descriptor from ``sock``.
                 sock = self._tls.wrap_socket(
                     sock, server_hostname=route.host, do_handshake_on_connect=False

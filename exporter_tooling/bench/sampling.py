@@ -64,9 +64,13 @@ def _source_costs(ctx: BenchContext) -> dict[str, float]:
         pidfile=str(tree.pidfile),
     )
     prober = Prober(target)
+    at_rest = ProcessSource(target)
+    at_rest.steady = True  # as the daemon sets it once the server is ready
+    size = len(tree.workers) + 1
     try:
         return {
-            f"process tree of {len(tree.workers) + 1}": _cpu_per_call(ProcessSource(target).sample),
+            f"process tree of {size}": _cpu_per_call(ProcessSource(target).sample),
+            f"process tree of {size} at rest, between re-reads": _cpu_per_call(at_rest.sample),
             "health probe": _cpu_per_call(prober.probe_health),
             "host disks": _cpu_per_call(DiskSource().sample),
         }

@@ -96,7 +96,11 @@ def _has_children(pid: int, count: int) -> Callable[[], bool]:
 
 
 class _HealthHandler(BaseHTTPRequestHandler):
-    """Answers every GET with 200 and ``{}``: a ready engine's health endpoint.
+    """A ready vLLM started with its default flags: ``/health`` 200, any other path 404.
+
+    Without ``VLLM_SERVER_DEV_MODE=1`` vLLM offers no ``/is_sleeping``, so the prober asks it
+    once and then every few minutes, as on a production server (a 200 without the field
+    would be asked every tick, as a dev-mode server is).
 
     HTTP/1.1 with keep-alive, as the engines' own servers (uvicorn, axum, cpp-httplib) answer:
     an HTTP/1.0 stand-in would make every probe pay for a new connection no engine costs.
@@ -108,12 +112,13 @@ class _HealthHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
-        """Answer 200."""
-        self.send_response(200)
+        """Answer 200 ``{}`` at /health, 404 elsewhere."""
+        status, body = (200, b"{}") if self.path == "/health" else (404, b'{"detail":"Not Found"}')
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", "2")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(b"{}")
+        self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:
         """Stay quiet: one line per probe would drown the table."""
