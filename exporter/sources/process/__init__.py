@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CGROUP_ROOT: Final = "/sys/fs/cgroup"
 DEFAULT_RESCAN_EVERY: Final = 10
 #: While the server is at rest, a member whose counters stood still is read again after this.
-QUIET_REREAD_SECONDS: Final = 5.0
+QUIET_REREAD_SECONDS: Final = 10.0
 
 
 class ProcessSource:
