@@ -150,6 +150,8 @@ def _widened(trail: Trail, per_gpu: tuple[tuple[int, int], ...]) -> Trail:
 
     Rare: NVML coming up after the start began, or a worker on one more GPU.
     """
+    if all(i in trail.gpus for i, _ in per_gpu):
+        return trail  # every tick but those rare ones
     gpus = tuple(sorted({*trail.gpus, *(i for i, _ in per_gpu)}))[:MAX_GPUS]
     if gpus == trail.gpus:
         return trail

@@ -213,6 +213,8 @@ class FileLogSource:
         self._records: deque[_Record] = deque()
         self._line_no = 1
         self._behind_since: float | None = None
+        #: The file's size at the last look, when it is the file open and not truncated.
+        self._seen_size: int | None = None
 
     def sample(self, deadline: float | None = None) -> LogReading:
         """The lines appended since the last call, and how much is left behind.
@@ -222,6 +224,9 @@ class FileLogSource:
         """
         fh = self._fh or self._open(from_start=False)
         fh = self._follow_rotation(fh)
+        if not self._records and self._seen_size == self._pos:
+            self._behind_since = None  # nothing was appended: no read, no fstat (issue 18)
+            return LogReading((), 0, None)
         lines: list[RawLogLine] = []
         budget = MAX_READ_BYTES
         now = self._clock()
@@ -287,6 +292,7 @@ class FileLogSource:
 
     def _follow_rotation(self, fh: BinaryIO) -> BinaryIO:
         """Reopen after a rotation once the old file is drained; rewind after truncation."""
+        self._seen_size = None
         try:
             st = os.stat(self.path)
         except OSError:
@@ -300,6 +306,8 @@ class FileLogSource:
         if st.st_size < self._pos:
             log.info("log file truncated path=%s", self.path)
             self._rewind(fh, 0)
+        else:
+            self._seen_size = st.st_size
         return fh
 
     def _first_unreturned(self) -> int:

@@ -131,6 +131,29 @@ def test_absent_process_is_a_valid_observation_not_a_failure(tmp_path):
 
 
 @pytest.mark.integration
+def test_a_pidfile_rewritten_or_removed_while_its_process_lives_is_followed_at_once(tmp_path):
+    # The pidfile is only stat'ed while it stays as it was (issue 18): any change reads it.
+    first, second = (subprocess.Popen(["sleep", "60"]) for _ in range(2))
+    try:
+        pidfile = tmp_path / "engine.pid"
+        pidfile.write_text(f"{first.pid}\n")
+        source = ProcessSource(target(pidfile=str(pidfile)))
+        assert sample(source).pid == sample(source).pid == first.pid
+
+        pidfile.write_text(f"{second.pid}\n")  # same size, maybe the same mtime tick
+        os.utime(pidfile, ns=(1, 1))  # a rewrite that left no newer mtime
+        moved = sample(source)
+        pidfile.unlink()
+        removed = source.sample()
+    finally:
+        for proc in (first, second):
+            proc.kill()
+            proc.wait()
+    assert moved.pid == second.pid
+    assert removed is None
+
+
+@pytest.mark.integration
 def test_pidfile_naming_an_ended_process_or_no_pid_is_absent(tmp_path, caplog):
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()

@@ -15,6 +15,7 @@ import psutil
 
 from exporter.config import Target, UserRegex
 from exporter.errors import SourceError
+from exporter.files import FileIdentity, file_identity
 from exporter.sources.process.cgroups import container_id_of, pod_uid_of
 from exporter.sources.process.procfs import PROC, ProcessError, proc_hides_pids
 
@@ -255,9 +256,26 @@ class _PidfileFinder(_Walked):
         self._path = path
         self._target = target
         self._warned = False
+        #: The pidfile as it was when it named the tracked process.
+        self._read_as: FileIdentity | None = None
+        self._named: int | None = None
 
     def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
-        """The process the pidfile names; a missing file or dead pid is absence."""
+        """The process the pidfile names; a missing file or dead pid is absence.
+
+        While the tracked process lives and the file is as it was when it named it (inode,
+        size, mtime), the file is not read again but on full ticks: a stat, not an open.
+        """
+        before = file_identity(self._path)  # before any read: a rewrite after it reads anew
+        kept = self._read_as is not None and before == self._read_as
+        if kept and tracked is not None and not full and _alive(tracked):
+            return tracked
+        found = self._read(tracked)
+        named = found is not None and found.pid == self._named
+        self._read_as = before if named else None
+        return found
+
+    def _read(self, tracked: psutil.Process | None) -> psutil.Process | None:
         try:
             with open(self._path, encoding="ascii", errors="replace") as f:
                 text = f.read(64)
@@ -265,7 +283,7 @@ class _PidfileFinder(_Walked):
             return None
         except PermissionError as exc:
             raise SourceError(ProcessError.PERMISSION_DENIED, "pidfile unreadable") from exc
-        pid = _parse_pid(text)
+        pid = self._named = _parse_pid(text)
         if pid is None:
             self._warn_once()
             # A pidfile being rewritten reads empty for an instant; keep the known process.
