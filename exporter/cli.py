@@ -7,6 +7,7 @@ module only dispatches. It is the one place that configures logging handlers.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import logging
@@ -344,6 +345,9 @@ def serve(
         settings.state_directory,
     )
     started = time.monotonic()
+    # What start-up made (modules, engine profiles, compiled patterns: most of the heap)
+    # lives as long as the process: leave it out of every later garbage collection.
+    gc.freeze()
     try:
         daemon.run(
             stop,
