@@ -175,3 +175,14 @@ def test_discovery_does_io_only_in_its_client(module):
         "exporter.engines",
         "exporter.discovery.pods",
     }
+
+
+def test_the_daemon_leaves_optional_native_libraries_until_a_target_needs_them():
+    # systemd-python's libraries cost about 2.6 MiB of RSS (issue 18): a daemon that reads
+    # only log files never loads them; the discovery clients come with discovery.
+    code = (
+        "import sys, exporter.cli, exporter.daemon, exporter.web.app, exporter.web.transport\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('systemd', 'exporter.discovery.')))\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)

@@ -282,6 +282,7 @@ CHILD = r"""
 import os, pwd, sys
 from exporter.errors import SourceError
 from exporter.sources.logs import FileLogSource, JournalLogSource
+import systemd.journal  # imported on first use by the source: here before dropping root
 kind, path, drop = sys.argv[1], sys.argv[2], sys.argv[3] == "drop"
 if drop:  # the interpreter lives under /root: import as root first, then become nobody
     nobody = pwd.getpwnam("nobody")
