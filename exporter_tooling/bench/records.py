@@ -38,6 +38,20 @@ class LatencySummary(TypedDict):
     scrapers: NotRequired[int]
 
 
+class RssBreakdown(TypedDict):
+    """Where the exporter's RSS goes: the live process, and its imports in a fresh interpreter."""
+
+    rss_mib: float
+    file_backed_mib: float
+    anonymous_mib: float
+    threads: int
+    interpreter_mib: float
+    #: What each group of the daemon's imports added, largest libraries by name.
+    imports_mib: dict[str, float]
+    #: RSS less the interpreter and the imports: what the daemon builds at run time.
+    rest_mib: float
+
+
 class MemoryFigures(TypedDict):
     """The exporter's RSS before, over and after the sequential scrapes."""
 
@@ -47,6 +61,7 @@ class MemoryFigures(TypedDict):
     rss_max_mib: float
     rss_growth_after_warmup_mib: float
     nvml_child_rss_mib: float
+    where_rss_goes: NotRequired[RssBreakdown | str]
 
 
 class ServerFigures(TypedDict, total=False):
@@ -86,6 +101,8 @@ class SamplingPoint(TypedDict):
     tick_wall_ms: float | None
     rss_mib: float
     scrape_p99_ms: NotRequired[float]
+    #: Percent of the busy samples per component (py-spy), or why there are none.
+    where_cpu_goes: NotRequired[dict[str, float] | str]
 
 
 class SamplingSection(SamplingPoint):

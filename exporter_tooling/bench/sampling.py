@@ -14,7 +14,7 @@ from typing import Literal
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter_tooling.bench.context import BenchContext
-from exporter_tooling.bench.profiling import py_spy
+from exporter_tooling.bench.profiling import py_spy, where_cpu_goes
 from exporter_tooling.bench.records import SamplingPoint, SamplingSection
 from exporter_tooling.bench.scrape import MIB, sequential_scrapes
 from exporter_tooling.bench.servers import Server, farm_exporter
@@ -103,6 +103,12 @@ def _sampling_cost(ctx: BenchContext, targets: int, seconds: float, windows: int
             p99 = sequential_scrapes(exp, ctx.sizes.curve_scrapes)["p99_ms"]
         if ctx.profile_dir is not None and targets == ctx.sizes.sampling_targets:
             ctx.profiles["sampling"] = py_spy(exp, ctx.profile_dir / "sampling", seconds)
+        # The node-sized point is the one most likely to miss its goal: say where its CPU goes.
+        where = (
+            where_cpu_goes(exp, ctx.sizes.where_seconds)
+            if targets == ctx.sizes.node_targets
+            else None
+        )
     cpu = statistics.median(m[0] for m in measured)
     child = statistics.median(m[1] for m in measured)
     point: SamplingPoint = {
@@ -120,6 +126,8 @@ def _sampling_cost(ctx: BenchContext, targets: int, seconds: float, windows: int
     }
     if p99 is not None:
         point["scrape_p99_ms"] = p99
+    if where is not None:
+        point["where_cpu_goes"] = where
     return point
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Final, Literal
 
 from exporter_tooling.bench.context import BenchContext
+from exporter_tooling.bench.memory import where_rss_goes
 from exporter_tooling.bench.profiling import profile_scrapes
 from exporter_tooling.bench.records import (
     LatencySummary,
@@ -92,6 +93,7 @@ def _rss_figures(rss: list[int], server: Server, scrapes: int) -> MemoryFigures:
         "rss_max_mib": round(max(rss) / MIB, 1),
         "rss_growth_after_warmup_mib": round((rss[-1] - warm) / MIB, 2),
         "nvml_child_rss_mib": round(server.child_rss_bytes() / MIB, 1),
+        "where_rss_goes": where_rss_goes(server),
     }
 
 

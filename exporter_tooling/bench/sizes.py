@@ -30,6 +30,8 @@ class Sizes:
     curve_scrapes: int = 3_000
     #: The node the issue sizes for (a MIG node's pods): its point has its own goal.
     node_targets: int = 64
+    #: How long py-spy records the node-sized point to say where its CPU goes.
+    where_seconds: float = 15.0
     starts: int = 20
     ready_intervals: tuple[float, ...] = (1.0, 0.25)
     stalls: int = 2
@@ -55,6 +57,7 @@ QUICK: Final = Sizes(
     curve_scrape_targets=(2,),
     curve_scrapes=100,
     node_targets=2,
+    where_seconds=2.0,
     starts=2,
     ready_intervals=(0.25,),
     stalls=1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from exporter_tooling.bench.records import Report
+from exporter_tooling.bench.records import Report, RssBreakdown
 
 _GOAL_COLUMNS: Final = (-58, 10, 10, 5, -12)
 _SCRAPE_COLUMNS: Final = (-16, 8, 8, 8, 8, 9, 9, 8)
@@ -74,7 +74,25 @@ def _scrape_lines(report: Report) -> list[str]:
             f"{memory['rss_after_scrapes_mib']} after {memory['scrapes']} scrapes "
             f"(max {memory['rss_max_mib']}); its NVML child {memory['nvml_child_rss_mib']}"
         )
+        where = memory.get("where_rss_goes")
+        if isinstance(where, str | dict):
+            lines.append(_rss_line(where))
     return lines
+
+
+def _rss_line(where: RssBreakdown | str) -> str:
+    """Where the RSS goes, MiB: the interpreter, each group of imports, the rest."""
+    if isinstance(where, str):
+        return f"where the RSS goes: {where}"
+    parts = {"interpreter": where["interpreter_mib"], **where["imports_mib"]}
+    parts[f"the rest (heap, {where['threads']} threads' stacks)"] = where["rest_mib"]
+    shares = {k: f"{v:g}" for k, v in parts.items()}
+    return _where_line(
+        f"where the RSS goes, MiB ({where['anonymous_mib']:g} anonymous, "
+        f"{where['file_backed_mib']:g} file-backed; a library with the standard modules it "
+        "is first to import)",
+        shares,
+    )
 
 
 def _sampling_lines(report: Report) -> list[str]:
@@ -100,7 +118,20 @@ def _sampling_lines(report: Report) -> list[str]:
     )
     costs = ", ".join(f"{k} {v}" for k, v in sampling.get("source_cpu_ms", {}).items())
     lines.append(f"per call, CPU ms (bench process): {costs}")
+    for p in sampling["curve"]:
+        if "where_cpu_goes" in p:
+            lines.append(
+                _where_line(f"where the CPU goes at {p['targets']} targets", p["where_cpu_goes"])
+            )
     return lines
+
+
+def _where_line(label: str, shares: dict[str, float] | dict[str, str] | str) -> str:
+    """``label``: the shares in order (floats as percent), or why they were not measured."""
+    if isinstance(shares, str):
+        return f"{label}: {shares}"
+    cells = (f"{k} {v:g} %" if isinstance(v, float) else f"{k} {v}" for k, v in shares.items())
+    return f"{label}: " + ", ".join(cells)
 
 
 def _detection_lines(report: Report) -> list[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from exporter_tooling.bench.goals import evaluate_goals
+from exporter_tooling.bench.profiling import COMPONENTS, OUTSIDE, PACKAGE, component_shares
 from exporter_tooling.bench.scrape_client import percentile
 from exporter_tooling.bench.sizes import QUICK
 
@@ -42,11 +43,20 @@ def test_quick_run_measures_every_section_and_writes_the_report(tmp_path):
     node = report["scrape"]["node_exporter"]  # CI installs prometheus-node-exporter
     assert node["sequential"]["count"] == QUICK.node_scrapes, node
     assert report["scrape"]["node_over_exporter_p50"] > 0
+    where = ours["memory"]["where_rss_goes"]  # what a missed RSS goal would need
+    parts = where["interpreter_mib"] + sum(where["imports_mib"].values()) + where["rest_mib"]
+    assert parts == pytest.approx(where["rss_mib"], abs=0.5)
+    assert where["imports_mib"]["ours"] > 1 and where["imports_mib"]["prometheus_client"] > 1
+    assert where["threads"] >= 2 and "where the RSS goes" in done.stdout
 
     curve = report["sampling"]["curve"]
     assert [p["targets"] for p in curve] == [1, 2]
     assert all(p["processes"] == p["targets"] * (QUICK.procs_per_target + 1) for p in curve)
     assert all(p["cpu_per_tick_ms"] >= 0 and p["tick_wall_ms"] > 0 for p in curve)
+    shares = curve[-1]["where_cpu_goes"]  # the node-sized point says where its CPU goes
+    assert sum(shares.values()) == pytest.approx(100, abs=1), shares
+    assert set(shares) <= {name for _, name in COMPONENTS} | {OUTSIDE}
+    assert f"where the CPU goes at {QUICK.node_targets} targets" in done.stdout
 
     (ready,) = report["ready"]["runs"]
     assert len(ready["lags_s"]) == QUICK.starts
@@ -106,3 +116,27 @@ def test_percentiles_are_nearest_rank():
     assert percentile(values, 100) == 100.0
     assert percentile([7.0], 99) == 7.0
     assert percentile([], 50) is None
+
+
+def test_cpu_shares_go_to_our_code_that_called_the_library():
+    probe, tree = f"{PACKAGE}sources/probe.py", f"{PACKAGE}sources/process/tree.py"
+    frames = [
+        {"name": "run", "file": f"{PACKAGE}daemon.py"},
+        {"name": "probe_health", "file": probe},
+        {"name": "send", "file": "/venv/lib/python3.11/site-packages/h11/_connection.py"},
+        {"name": "sample", "file": tree},
+        {"name": "_bootstrap", "file": "/usr/lib/python3.11/threading.py"},
+    ]
+    doc = {
+        "shared": {"frames": frames},
+        "profiles": [
+            # Root first, leaf last: h11 under the probe counts for the probe.
+            {"samples": [[0, 1, 2], [0, 1], [0, 3], [4]], "weights": [3, 1, 2, 2]},
+        ],
+    }
+    assert component_shares(doc) == {
+        "probes (HTTP)": 50.0,
+        "process trees": 25.0,
+        OUTSIDE: 25.0,
+    }
+    assert isinstance(component_shares({"shared": {"frames": []}, "profiles": []}), str)
