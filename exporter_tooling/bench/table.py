@@ -18,6 +18,8 @@ def render_table(report: Report) -> str:
     lines = [
         f"bench {host['date']}  {host['cpus']} CPUs ({host['cpu_model']})  load average before "
         f"{_loads(host['load_average_before'])}, after {_loads(host.get('load_average_after'))}",
+        f"machine speed: one /proc/self/stat read {host.get('proc_read_us')} us, "
+        f"a small Python loop {host.get('python_loop_us')} us (compare runs on other machines)",
         "",
         _row(("goal", "measured", "limit", "met", ""), _GOAL_COLUMNS),
     ]
