@@ -173,8 +173,11 @@ def _tree_program() -> None:
                 reply = f"worker {spawn_worker(args != ['idle'])}"
             elif cmd == "read":
                 read_data()
-            elif cmd == "kill":
+            elif cmd == "kill":  # "kill PID nowait" leaves it a zombie until "reap PID"
                 os.kill(int(args[0]), signal.SIGKILL)
+                if args[1:] != ["nowait"]:
+                    os.waitpid(int(args[0]), 0)
+            elif cmd == "reap":
                 os.waitpid(int(args[0]), 0)
             elif cmd == "nest":
                 reply = "nest {} {}".format(*spawn_nested())

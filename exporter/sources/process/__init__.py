@@ -44,7 +44,8 @@ class ProcessSource:
     Once the daemon says the server is at rest (``steady``: ready, serving or asleep), the
     tree is no longer the progress signal: members that stood still at their last read are
     read again only every ``QUIET_REREAD_SECONDS`` (most of a tree: compile and tokenizer
-    workers), while the main process and members that move are read every tick.
+    workers), while the main process and members that move are read every tick. A quiet
+    member that ends is still seen on the next tick: its pidfd turns readable.
     """
 
     name: Final = "process"

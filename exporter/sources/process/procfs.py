@@ -206,6 +206,15 @@ class Member:
             self._io.close()
             self._io = None
 
+    def still_there(self) -> bool:
+        """Whether this very process has not been reaped yet, so its pid is not reused."""
+        try:
+            raw = self._stat_file.read()
+        except OSError:
+            return False
+        stat = self._stat if raw == self._raw else _parse_stat(raw)
+        return stat is not None and stat.start == self.start
+
     def read(self, *, retry_io: bool) -> Reading | None:
         """The counters now, or None when the process ended or its pid was reused."""
         try:
@@ -300,7 +309,7 @@ class _ProcFile:
     @classmethod
     def open(cls, path: str) -> _ProcFile:
         """Open ``path`` (kept open if the budget allows). Raises OSError when it cannot."""
-        budget = _fd_budget()
+        budget = fd_budget()
         if not budget.take():
             os.close(os.open(path, os.O_RDONLY))  # checks it exists and may be opened
             return cls(path, None, budget)
@@ -333,9 +342,10 @@ class _FdBudget:
     """How many /proc descriptors the process sources of this process may keep open.
 
     All of the soft RLIMIT_NOFILE but 2048 (at least a quarter of it), at most 16384 (64
-    targets of 64 workers, two files each): the web server's connections, sockets, pipes and
-    sqlite keep the rest. Members beyond the budget open and close their files on every read
-    instead (a third more CPU a read).
+    targets of 64 workers, two files and a pidfd each): the web server's connections,
+    sockets, pipes and sqlite keep the rest. Members beyond the budget open and close their
+    files on every read instead (a third more CPU a read), and a quiet one without a pidfd is
+    read every tick.
     """
 
     def __init__(self, total: int) -> None:
@@ -357,12 +367,26 @@ class _FdBudget:
 
 
 @functools.cache
-def _fd_budget() -> _FdBudget:
+def fd_budget() -> _FdBudget:
+    """The one budget of kept descriptors shared by every tree of this process."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return _FdBudget(_MAX_KEPT_FDS)
     total = min(max(soft // 4, soft - _FDS_FOR_THE_REST), _MAX_KEPT_FDS)
     return _FdBudget(total)
+
+
+@functools.cache
+def pids_are_ours() -> bool:
+    """Whether /proc numbers pids as this process's namespace does.
+
+    /proc mounted from another pid namespace (a container seeing the host's) numbers them
+    differently from the kernel calls made here (``/proc/loadavg``'s cursor, ``pidfd_open``).
+    """
+    try:
+        return os.readlink(f"{PROC}/self") == str(os.getpid())
+    except OSError:
+        return False
 
 
 @functools.cache

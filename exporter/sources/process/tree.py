@@ -15,11 +15,13 @@ from typing import Final
 
 import psutil
 
+from exporter.sources.process.exits import ExitWatch
 from exporter.sources.process.procfs import (
     PROC,
     Member,
     Reading,
     parent_of,
+    pids_are_ours,
     read_all,
     start_epoch,
 )
@@ -81,6 +83,7 @@ class Tree:
         self._last_pid: int | None = None
         self._recheck: list[int] = []
         self._steady = False
+        self._exits = ExitWatch()
 
     @classmethod
     def adopt(cls, main: psutil.Process) -> Tree | None:
@@ -94,6 +97,7 @@ class Tree:
 
     def close(self) -> None:
         """Give back every kept descriptor."""
+        self._exits.close()
         for member in self.members.values():
             member.close()
         self.members.clear()
@@ -113,10 +117,15 @@ class Tree:
 
         With ``steady_every`` (seconds; a server at rest), a member whose counters did not
         move at its last read keeps that reading and is read again only after that long (the
-        first time after a part of it spread by pid, so a tree's reads spread over ticks);
-        the main process and members that move are read every tick.
+        first time after a part of it spread by pid, so a tree's reads spread over ticks),
+        or at once when its pidfd says it ended; the main process, members that move, zombies
+        and members without a pidfd are read every tick.
         """
         now = time.monotonic()
+        if steady_every is not None:
+            for pid in self._exits.ended():
+                self._exits.unwatch(pid)
+                self.members[pid].due_at = 0.0  # read now: a zombie's last reading, or gone
         readings: dict[int, Reading] = {}
         for pid, member in list(self.members.items()):
             last = member.last
@@ -129,12 +138,29 @@ class Tree:
                 continue
             readings[pid] = reading
             if steady_every is not None and pid != self.main.pid:
-                member.due_at = _next_read(member, now, steady_every)
+                member.due_at = self._next_read(member, reading, now, steady_every)
         if steady_every is None and self._steady:
+            self._exits.close()
             for member in self.members.values():
                 member.due_at = 0.0  # steady again later: spread anew
         self._steady = steady_every is not None
         return readings
+
+    def _next_read(self, member: Member, reading: Reading, now: float, every: float) -> float:
+        """When a steady tree reads ``member`` again: next tick, unless it is quiet and watched."""
+        if member.moved or reading.zombie or not self._watch_exit(member):
+            self._exits.unwatch(member.pid)
+            return 0.0
+        if member.due_at == 0.0:  # newly quiet: a part of ``every`` spread by pid
+            return now + every * (member.pid % 61 + 1) / 61
+        return now + every
+
+    def _watch_exit(self, member: Member) -> bool:
+        """Whether ``member``'s end will show in ``ExitWatch.ended`` (its pidfd is open)."""
+        if self._exits.watching(member.pid):
+            return True
+        # Checked after the pidfd is open: a pid freed and reused just before is not ours.
+        return self._exits.watch(member.pid) and member.still_there()
 
     def _add(self, pid: int, *, child: bool = True) -> bool:
         member = Member.open(pid)
@@ -147,6 +173,7 @@ class Tree:
         return True
 
     def _drop(self, pid: int) -> None:
+        self._exits.unwatch(pid)
         member = self.members.pop(pid, None)
         if member is not None:
             member.close()
@@ -217,15 +244,6 @@ class Tree:
                 self._add(proc.pid, child=False)
 
 
-def _next_read(member: Member, now: float, every: float) -> float:
-    """When a steady tree reads ``member`` again: next tick if it moved, else in ``every``."""
-    if member.moved:
-        return 0.0
-    if member.due_at == 0.0:  # newly quiet: a part of ``every`` spread by pid
-        return now + every * (member.pid % 61 + 1) / 61
-    return now + every
-
-
 def _children(pid: int, *, all_threads: bool) -> list[int]:
     """Direct children of ``pid``: forked by its main thread, or by any of its threads."""
     try:
@@ -244,7 +262,7 @@ def _children(pid: int, *, all_threads: bool) -> list[int]:
 
 def _last_pid() -> int | None:
     """The pid the kernel allocated last in our namespace; None when /proc is another's."""
-    if not _pid_cursor_usable():
+    if not pids_are_ours():
         return None
     try:
         with open(f"{PROC}/loadavg", "rb") as f:
@@ -264,16 +282,6 @@ def _new_pids(previous: int, last: int, limit: int) -> Sequence[int] | None:
     if pid_max - previous - 1 + last > limit:
         return None
     return [*range(previous + 1, pid_max), *range(1, last + 1)]
-
-
-@functools.cache
-def _pid_cursor_usable() -> bool:
-    # /proc mounted from another pid namespace (a container seeing the host's) numbers pids
-    # differently from the cursor in /proc/loadavg, which is always our namespace's.
-    try:
-        return os.readlink(f"{PROC}/self") == str(os.getpid())
-    except OSError:
-        return False
 
 
 @functools.cache
