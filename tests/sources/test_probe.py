@@ -508,7 +508,7 @@ def test_bytes_past_the_reply_are_never_read_as_the_next_reply(kept, prober_for,
 
     def reply_then_junk(ex: Exchange) -> None:
         ex.send_head(200, {"Content-Length": "2"})
-        if when == "with-the-reply":  # read with the body: left in h11's buffer
+        if when == "with-the-reply":  # read with the body: parsed with the reply
             ex.write(b"{}" + junk)
         else:  # arrives after the exchange ended: only a look before reuse sees it
             ex.write(b"{}")
@@ -523,6 +523,45 @@ def test_bytes_past_the_reply_are_never_read_as_the_next_reply(kept, prober_for,
         time.sleep(0.2)  # the junk is in before the next probe, even on a busy machine
     assert [(r.outcome, r.status_code) for r in results] == [(OK, 200)] * 3
     assert kept.connections == 3  # each tainted connection was dropped, never reused
+
+
+def raw(data: bytes, *, close: bool = False):
+    """A route that writes ``data`` as the whole reply, head included."""
+
+    def route(ex: Exchange) -> None:
+        ex.write(data)
+        ex.close_connection = close
+
+    return route
+
+
+ERR = ProbeOutcome.ERROR
+RAW = {  # id: (reply bytes, the server closes after, outcome); h11 gave the same outcomes
+    "interim-100-skipped": (
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+        False, OK,
+    ),
+    "bare-lf-line-ends": (b"HTTP/1.1 200 OK\nContent-Length: 2\n\n{}", False, OK),
+    "body-ends-at-close": (b"HTTP/1.1 503 Busy\r\n\r\n" + b"x" * 3000, True, HTTP),
+    "length-cut-short": (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}", True, ERR),
+    "not-http": (b"SSH-2.0-OpenSSH_9.6\r\n", True, ERR),
+    "switching-protocols": (
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+        False, ERR,
+    ),
+    "head-past-100-kib": (
+        b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"p" * (200 << 10) + b"\r\n\r\n",
+        True, ERR,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("data", "close", "outcome"), RAW.values(), ids=RAW.keys())
+def test_raw_replies_are_judged_as_http_1_1_reads_them(kept, prober_for, data, close, outcome):
+    kept.routes["/health"] = raw(data, close=close)
+    prober = prober_for(make_target(kept.url))
+    assert prober.probe_health().outcome is outcome
 
 
 @pytest.mark.integration
