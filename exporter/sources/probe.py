@@ -9,8 +9,8 @@ parser the web server already uses): httpx's layers cost about 1 ms of CPU a req
 a target's tick, and h11's pure-Python parsing about 0.07 ms, a third of a kept-alive probe
 (issue 18). The loop's requests reuse one kept-alive connection per target, as the engines'
 servers (uvicorn, axum, cpp-httplib, Triton's) allow: a new TCP connection every tick was
-the larger part of what is left. httpx still parses the
-target's URL, so a URL means here what ``check-config`` (which asks httpx) judged it to mean.
+the larger part of what is left. httpx still parses the target's URL, so a URL means here
+what ``check-config`` (which asks httpx) judged it to mean.
 """
 
 from __future__ import annotations
