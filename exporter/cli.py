@@ -21,7 +21,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Final
 
 from exporter import __version__
-from exporter.errors import ConfigError, ConfigErrors, ExporterError
+from exporter.base.errors import ConfigError, ConfigErrors, ExporterError
 
 if TYPE_CHECKING:  # imported lazily at run time: --help and wait start fast
     from exporter.config import Settings

@@ -23,10 +23,10 @@ from urllib.parse import urlsplit
 import httpx
 import re2
 
-from exporter.core.model import Phase
+from exporter.base.errors import ConfigError, ConfigErrors
+from exporter.base.model import Phase
 from exporter.engines import ENGINES, Engine
 from exporter.engines.profile import LogPatterns, Matcher
-from exporter.errors import ConfigError, ConfigErrors
 
 DEFAULT_INTERVAL_SECONDS: Final = 1.0
 DEFAULT_STATE_DIRECTORY: Final = "/var/lib/inference-lifecycle-exporter"

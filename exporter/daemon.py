@@ -17,19 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from exporter import __version__
-from exporter.config import Settings, Target
-from exporter.core.classify import LogClassifier
-from exporter.core.lifecycle import (
-    ColdStart,
-    TargetState,
-    Thresholds,
-    initial_state,
-    learned_stall_seconds,
-    resume,
-    saved_start,
-    shifted,
-)
-from exporter.core.model import (
+from exporter.base.errors import ConfigErrors
+from exporter.base.model import (
     STARTUP_PHASES,
     STEADY_PHASES,
     GpuReading,
@@ -39,6 +28,18 @@ from exporter.core.model import (
     ProbeResult,
     ProcessSample,
     SourceStatus,
+)
+from exporter.base.records import ColdStart
+from exporter.config import Settings, Target
+from exporter.core.classify import LogClassifier
+from exporter.core.lifecycle import (
+    TargetState,
+    Thresholds,
+    initial_state,
+    learned_stall_seconds,
+    resume,
+    saved_start,
+    shifted,
 )
 from exporter.core.observe import (
     TargetReadings,
@@ -52,7 +53,6 @@ from exporter.core.observe import (
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.core.trail import Trails, follow
-from exporter.errors import ConfigErrors
 from exporter.history import History
 from exporter.sdnotify import Notifier
 from exporter.sources import Source, SourceCall, SourceHealth, SourceResult, SourceRunner

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from exporter.core.lifecycle import ColdStart, SavedStart
-from exporter.core.model import STARTUP_PHASES, Phase
-from exporter.files import FileIdentity, file_identity
+from exporter.base.files import FileIdentity, file_identity
+from exporter.base.model import STARTUP_PHASES, Phase
+from exporter.base.records import ColdStart, SavedStart
 
 log = logging.getLogger(__name__)
 #: After the store was lost (deleted, truncated, corrupt), ``source_up{source="history"}``

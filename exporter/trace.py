@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from exporter.base.model import Observation
 from exporter.core.lifecycle import Thresholds
-from exporter.core.model import Observation
 
 TRACE_VERSION = 1
 T = TypeVar("T")

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.base.errors import ConfigErrors
 from exporter.config import load_settings, parse_duration
-from exporter.errors import ConfigErrors
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD = sorted((ROOT / "tests/fixtures/config/bad").glob("*.toml"))

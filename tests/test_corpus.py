@@ -11,10 +11,10 @@ import json
 
 import pytest
 
+from exporter.base.model import LogClass, Phase
 from exporter.cli import main
 from exporter.commands.replay_log import _classify, _profile, read_lines, replay
 from exporter.core.classify import MATCH_CHARS, clean, redact
-from exporter.core.model import LogClass, Phase
 from exporter.engines import vocabulary
 from tests import corpus
 

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from exporter.base.model import Phase
 from exporter.config import Settings, Target
 from exporter.core.lifecycle import TIMESTAMP_FIELDS, TargetState, shifted
-from exporter.core.model import Phase
 from exporter.daemon import AnchoredClock, Daemon
 from exporter.history import History
 from exporter.render.metrics import SnapshotCollector

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from exporter.files import file_identity
+from exporter.base.files import file_identity
 
 
 def test_identity_follows_what_happens_to_the_file(tmp_path):

@@ -11,9 +11,10 @@ import time
 
 import pytest
 
+from exporter.base.model import Phase
+from exporter.base.records import ColdStart, SavedStart
 from exporter.config import Settings
-from exporter.core.lifecycle import ColdStart, SavedStart, learned_stall_seconds
-from exporter.core.model import Phase
+from exporter.core.lifecycle import learned_stall_seconds
 from exporter.daemon import Daemon
 from exporter.history import LOSS_VISIBLE_SECONDS, History
 

@@ -51,25 +51,25 @@ STDLIB = set(sys.stdlib_module_names)
     [
         (
             "exporter.core.lifecycle",
-            {"exporter.core.model", "exporter.core.classify", "exporter.engines"},
+            {"exporter.base", "exporter.core.classify", "exporter.engines"},
         ),
         (
             "exporter.render.metrics",
             {
-                "exporter.core.model",
+                "exporter.base",
                 "exporter.core.lifecycle",
                 "exporter.core.snapshot",
                 "exporter.core.gpuhealth",
                 "prometheus_client",
             },
         ),
-        ("exporter.core.model", set()),
-        ("exporter.core.gpuhealth", {"exporter.core.model"}),
+        ("exporter.base", set()),
+        ("exporter.core.gpuhealth", {"exporter.base"}),
         (
             "exporter.core.snapshot",
-            {"exporter.core.model", "exporter.core.lifecycle", "exporter.core.trail"},
+            {"exporter.base", "exporter.core.lifecycle", "exporter.core.trail"},
         ),
-        ("exporter.core.trail", {"exporter.core.model", "exporter.core.lifecycle"}),
+        ("exporter.core.trail", {"exporter.base", "exporter.core.lifecycle"}),
     ],
 )
 def test_pure_modules_import_only_what_they_may(module, allowed):
@@ -119,9 +119,22 @@ def test_the_core_imports_only_the_core_and_the_engine_profiles():
         (m, i)
         for m in core
         for i in imports_of(MODULES[m])
-        if i.split(".")[0] not in STDLIB and not i.startswith(("exporter.core", "exporter.engines"))
+        if i.split(".")[0] not in STDLIB
+        and not i.startswith(("exporter.base", "exporter.core", "exporter.engines"))
     }
     assert core and not bad, f"the core does I/O through {sorted(bad)}"
+
+
+def test_the_ground_floor_imports_nothing_above_it():
+    # Every layer stands on exporter.base; it borrows from none of them.
+    floor = [m for m in MODULES if m.startswith("exporter.base")]
+    bad = {
+        (m, i)
+        for m in floor
+        for i in imports_of(MODULES[m])
+        if i.split(".")[0] not in STDLIB and not i.startswith("exporter.base")
+    }
+    assert floor and not bad, f"the floor imports {sorted(bad)}"
 
 
 def test_only_the_shell_imports_sources():

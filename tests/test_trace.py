@@ -10,8 +10,8 @@ import typing
 
 import pytest
 
+from exporter.base.model import Observation, Phase
 from exporter.core.lifecycle import Thresholds
-from exporter.core.model import Observation, Phase
 from exporter.trace import from_json, observation_from_json, observation_to_json, to_json
 
 

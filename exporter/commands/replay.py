@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from exporter.base.model import Observation
 from exporter.core.lifecycle import TargetState, Thresholds, initial_state, step
-from exporter.core.model import Observation
 from exporter.render.status import transition_json
 from exporter.trace import (
     TRACE_VERSION,
@@ -65,10 +65,10 @@ def run(args: argparse.Namespace) -> int:
 
 def record(args: argparse.Namespace) -> int:
     """Run the daemon's sampling loop (no web server) and write each observation."""
+    from exporter.base.errors import ConfigErrors
     from exporter.cli import configure_logging
     from exporter.config import load_settings
     from exporter.daemon import Daemon
-    from exporter.errors import ConfigErrors
     from exporter.history import History
 
     configure_logging("info", "logfmt")

@@ -16,9 +16,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
+from exporter.base.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.core.classify import LogClassifier, clean
 from exporter.core.lifecycle import Thresholds, initial_state, step
-from exporter.core.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.engines import ENGINES
 from exporter.engines.profile import LogProfile
 

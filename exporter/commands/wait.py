@@ -23,9 +23,9 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from exporter import __version__
+from exporter.base.errors import ConfigError
+from exporter.base.model import ProbeOutcome, ProbeResult
 from exporter.config import CompletionProbe, Target, parse_duration
-from exporter.core.model import ProbeOutcome, ProbeResult
-from exporter.errors import ConfigError
 from exporter.render.status_doc import MalformedStatus, StatusDoc, TargetDoc, parse_status_doc
 from exporter.sources.probe import Prober
 

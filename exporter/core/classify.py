@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Final
 
-from exporter.core.model import FailureReason, LogClass, LogEvent
-from exporter.core.redact import redact
+from exporter.base.model import FailureReason, LogClass, LogEvent
+from exporter.base.redact import redact
 from exporter.engines import vocabulary
 from exporter.engines.profile import LogPattern, LogPatterns, LogProfile, Matcher
 

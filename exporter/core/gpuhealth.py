@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable
 from typing import Final
 
-from exporter.core.model import GpuSample
+from exporter.base.model import GpuSample
 
 #: Xid codes kept as their own ``xid`` label value (the rest are ``other``): what each means.
 XID_DESCRIPTIONS: Final[dict[int, str]] = {

@@ -35,8 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, TypeVar
 
-from exporter.core.classify import reason_detail
-from exporter.core.model import (
+from exporter.base.model import (
     STARTUP_PHASES,
     EngineReport,
     FailureReason,
@@ -48,6 +47,8 @@ from exporter.core.model import (
     ProbeOutcome,
     ProbeResult,
 )
+from exporter.base.records import ColdStart, SavedStart, Transition
+from exporter.core.classify import reason_detail
 
 #: Histogram buckets of cold-start durations, seconds (up to an hour, DESIGN.md). Twelve,
 #: so two targets and eight GPUs stay under STYLE.md's 200 series with every phase listed.
@@ -198,35 +199,6 @@ def learned_stall_seconds(
 
 
 @dataclass(frozen=True, slots=True)
-class Transition:
-    """One phase change and the evidence behind it."""
-
-    at: float
-    from_phase: Phase
-    to_phase: Phase
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ColdStart:
-    """A finished cold start (ready or failed): what history stores and ``/status`` shows."""
-
-    started_at: float
-    ended_at: float
-    outcome: str
-    reason: str | None
-    phase_seconds: tuple[tuple[Phase, float], ...]
-    longest_quiet_seconds: tuple[tuple[Phase, float], ...]
-    read_bytes: int | None
-    peak_gpu_bytes: int | None
-
-    @property
-    def duration_seconds(self) -> float:
-        """From process start to ready (or to failure)."""
-        return self.ended_at - self.started_at
-
-
-@dataclass(frozen=True, slots=True)
 class Histogram:
     """Observed durations in cumulative-ready buckets: a Prometheus histogram's content.
 
@@ -362,24 +334,6 @@ class TargetState:
 def initial_state(target: str) -> TargetState:
     """The state of a target before its first observation."""
     return TargetState(target=target)
-
-
-@dataclass(frozen=True, slots=True)
-class SavedStart:
-    """What history keeps of a cold start in progress, so a restarted exporter resumes it."""
-
-    target: str
-    pid: int
-    create_time: float
-    phase: Phase
-    phase_since: float | None
-    phase_seconds: tuple[tuple[Phase, float], ...]
-    progress_ratio: float | None
-
-    @property
-    def in_progress(self) -> bool:
-        """The start had not finished: worth keeping across an exporter restart."""
-        return self.phase in STARTUP_PHASES
 
 
 def saved_start(state: TargetState) -> SavedStart | None:

@@ -16,10 +16,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Final, get_args, get_type_hints
 
-from exporter.core.classify import LogClassifier, might_matter
-from exporter.core.gpuhealth import gpu_errors
-from exporter.core.lifecycle import TargetState, Thresholds, step
-from exporter.core.model import (
+from exporter.base.model import (
     GpuReading,
     HostReadings,
     LogEvent,
@@ -29,6 +26,9 @@ from exporter.core.model import (
     ProcessSample,
     RawLogLine,
 )
+from exporter.core.classify import LogClassifier, might_matter
+from exporter.core.gpuhealth import gpu_errors
+from exporter.core.lifecycle import TargetState, Thresholds, step
 
 
 def host_readings(values: Mapping[str, object]) -> HostReadings:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exporter.core.lifecycle import ColdStart, TargetState
-from exporter.core.model import GpuSample, HostReadings, MigSample, ProcessSample, SourceStatus
+from exporter.base.model import GpuSample, HostReadings, MigSample, ProcessSample, SourceStatus
+from exporter.base.records import ColdStart
+from exporter.core.lifecycle import TargetState
 from exporter.core.trail import Trails
 
 

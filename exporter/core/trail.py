@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Final
 
+from exporter.base.model import LogClass, Observation
 from exporter.core.lifecycle import TargetState
-from exporter.core.model import LogClass, Observation
 
 #: Points kept per start before the stride doubles.
 MAX_POINTS: Final = 600

@@ -18,6 +18,7 @@ from typing import Final
 
 import httpx
 
+from exporter.base.errors import ConfigError
 from exporter.config import DockerDiscovery
 from exporter.discovery.containers import ENGINE_LABEL, target_from_container
 from exporter.discovery.pods import field_obj, field_str
@@ -28,7 +29,6 @@ from exporter.discovery.watch import (
     json_lines,
     json_object,
 )
-from exporter.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

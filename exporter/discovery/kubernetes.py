@@ -24,6 +24,7 @@ from typing import Final
 import httpx
 import yaml
 
+from exporter.base.errors import ConfigError
 from exporter.config import KubernetesDiscovery
 from exporter.discovery.pods import field_obj, field_str, targets_from_pod
 from exporter.discovery.watch import (
@@ -33,7 +34,6 @@ from exporter.discovery.watch import (
     json_lines,
     json_object,
 )
-from exporter.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from exporter.core.model import Phase
+from exporter.base.model import Phase
 from exporter.engines import llamacpp, lmdeploy, mindie, ollama, sglang, tgi, triton, trtllm, vllm
 from exporter.engines.profile import LogPattern, LogProfile, benign
 

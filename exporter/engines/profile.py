@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from exporter.core.model import FailureReason, LogClass, Phase
+from exporter.base.model import FailureReason, LogClass, Phase
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from exporter.core.model import FailureReason, Phase
+from exporter.base.model import FailureReason, Phase
 from exporter.engines.profile import (
     LogProfile,
     benign,

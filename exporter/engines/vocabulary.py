@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from exporter.core.model import FailureReason, Phase
+from exporter.base.model import FailureReason, Phase
 from exporter.engines.profile import LogPattern, benign, fatal, marker, progress, wrapper
 
 _OOM = FailureReason.OOM

@@ -20,9 +20,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from exporter.base.model import FailureReason, GpuSample, LogClass, Phase, ProbeKind
 from exporter.core.gpuhealth import throttle_active
 from exporter.core.lifecycle import Histogram, observed_load_seconds
-from exporter.core.model import FailureReason, GpuSample, LogClass, Phase, ProbeKind
 from exporter.core.snapshot import Snapshot, TargetSnapshot
 
 _TICK_NOTE: Final = " (as of the last sampling tick)"

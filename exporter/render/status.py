@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 
+from exporter.base.model import GpuSample, LogEvent, MigSample, Phase, ProbeResult
+from exporter.base.records import ColdStart, Transition
 from exporter.core.gpuhealth import throttle_active
 from exporter.core.lifecycle import (
-    ColdStart,
     TargetState,
-    Transition,
     load_disagreement,
     observed_load_seconds,
     probe_verdict,
     startup_probe_advice,
 )
-from exporter.core.model import GpuSample, LogEvent, MigSample, Phase, ProbeResult
 from exporter.core.snapshot import Snapshot, TargetSnapshot
 from exporter.render.status_doc import (
     ColdStartDoc,

@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final, Generic, Protocol, TypeVar
 
-from exporter.core.model import SourceStatus
-from exporter.errors import SourceError
+from exporter.base.errors import SourceError
+from exporter.base.model import SourceStatus
 
 T = TypeVar("T")
 R_co = TypeVar("R_co", covariant=True)
@@ -44,7 +44,7 @@ class Scope(enum.StrEnum):
 class Source(Protocol[R_co]):
     """What the loop samples once a tick.
 
-    ``sample`` returns a plain typed reading (``exporter.core.model``) or raises; it should
+    ``sample`` returns a plain typed reading (``exporter.base.model``) or raises; it should
     return by ``deadline`` (a ``time.monotonic()`` value). The loop enforces the deadline
     anyway: a call still running then is reported as failed and not started again until it
     returns.

@@ -14,8 +14,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from exporter.core.model import DiskSample
-from exporter.errors import SourceError
+from exporter.base.errors import SourceError
+from exporter.base.model import DiskSample
 from exporter.sources import Scope
 
 log = logging.getLogger(__name__)

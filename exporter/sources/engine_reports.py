@@ -13,8 +13,8 @@ from typing import Final
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.core.model import EngineReport, ModelState
-from exporter.core.redact import redact
+from exporter.base.model import EngineReport, ModelState
+from exporter.base.redact import redact
 from exporter.engines import ReportKind
 
 #: A model's reason as Triton gives it can quote a whole backend traceback: cut it.

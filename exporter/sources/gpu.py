@@ -19,9 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final, NoReturn, cast
 
+from exporter.base.errors import SourceError
+from exporter.base.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.core.gpuhealth import xid_label
-from exporter.core.model import GpuProcess, GpuReading, GpuSample, MigSample
-from exporter.errors import SourceError
 from exporter.sources import Scope
 from exporter.sources.nvml_protocol import (
     REQUEST,

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
-from exporter.core.model import GpuReading
+from exporter.base.model import GpuReading
 from exporter.sources.amdsmi_protocol import LIBRARY_NOT_LOADED
 from exporter.sources.gpu import GpuSource, NvmlReason, _child_env
 from exporter.sources.nvml_protocol import Reply

@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
+from exporter.base.errors import SourceError
+from exporter.base.model import GpuReading
 from exporter.config import Settings
-from exporter.core.model import GpuReading
-from exporter.errors import SourceError
 from exporter.sources import Scope
 from exporter.sources.gpu import GpuSource, NvmlReason
 from exporter.sources.gpu_amd import AmdGpuSource, amdsmi_library_present

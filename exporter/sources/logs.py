@@ -26,10 +26,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO, Final, Protocol, cast
 
+from exporter.base.errors import SourceError
+from exporter.base.model import LogReading, RawLogLine
 from exporter.config import Target
 from exporter.core.classify import might_matter, redact
-from exporter.core.model import LogReading, RawLogLine
-from exporter.errors import SourceError
 from exporter.sources import Scope, Source
 
 

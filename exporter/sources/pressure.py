@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 from typing import Final
 
-from exporter.core.model import MemoryPressure
-from exporter.errors import SourceError
+from exporter.base.errors import SourceError
+from exporter.base.model import MemoryPressure
 from exporter.sources import Scope
 
 PSI_MEMORY: Final = "/proc/pressure/memory"

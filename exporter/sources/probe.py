@@ -37,10 +37,10 @@ import httptools
 import httpx
 
 from exporter import __version__
+from exporter.base.errors import ConfigError
+from exporter.base.model import EngineReport, ProbeKind, ProbeOutcome, ProbeResult
 from exporter.config import Target
-from exporter.core.model import EngineReport, ProbeKind, ProbeOutcome, ProbeResult
 from exporter.engines import ReportKind
-from exporter.errors import ConfigError
 from exporter.sources import Scope
 from exporter.sources.engine_reports import LIVE, REQUESTS, read_report
 

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs
 import prometheus_client
 from prometheus_client.exposition import choose_encoder
 
-from exporter.errors import ConfigError
+from exporter.base.errors import ConfigError
 from exporter.web.config import (
     BasicAuthUsers,
     RateLimit,

@@ -27,9 +27,9 @@ from typing import Any, Final, Self
 import bcrypt
 import yaml
 
+from exporter.base.errors import ConfigError
+from exporter.base.files import FileIdentity, file_identity
 from exporter.config import parse_duration
-from exporter.errors import ConfigError
-from exporter.files import FileIdentity, file_identity
 
 log = logging.getLogger(__name__)
 

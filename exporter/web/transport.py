@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import uvicorn
 
-from exporter.errors import ExporterError
+from exporter.base.errors import ExporterError
 from exporter.web.app import WebApp, WebRoutes
 from exporter.web.config import ReloadingSSLContext, WebConfig, WebConfigWatch, load_web_config
 from exporter.web.protocol import Guard, IdleConnections, guarded_protocol

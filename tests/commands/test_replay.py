@@ -8,9 +8,7 @@ import sys
 
 import pytest
 
-from exporter.commands.replay import read_trace, replay
-from exporter.core.lifecycle import Thresholds
-from exporter.core.model import (
+from exporter.base.model import (
     FailureReason,
     LogClass,
     LogEvent,
@@ -21,6 +19,8 @@ from exporter.core.model import (
     ProbeResult,
     ProcessSample,
 )
+from exporter.commands.replay import read_trace, replay
+from exporter.core.lifecycle import Thresholds
 from exporter.trace import (
     observation_from_json,
     observation_to_json,

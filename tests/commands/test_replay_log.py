@@ -12,9 +12,9 @@ import re
 
 import pytest
 
+from exporter.base.model import LogClass
 from exporter.cli import main
 from exporter.commands.replay_log import detect_engine, read_lines, replay
-from exporter.core.model import LogClass
 from tests import corpus
 
 LOGS = corpus.require()

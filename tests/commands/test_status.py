@@ -12,9 +12,10 @@ from dataclasses import replace
 
 import pytest
 
+from exporter.base.model import FailureReason, Phase
+from exporter.base.records import ColdStart
 from exporter.commands.status import COLUMNS, render_table
-from exporter.core.lifecycle import ColdStart, initial_state
-from exporter.core.model import FailureReason, Phase
+from exporter.core.lifecycle import initial_state
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.render.status import render_status
 from tests.commands.test_wait import cli

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from exporter.base.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
+from exporter.base.records import ColdStart
 from exporter.commands.wait import (
     eta_text,
     format_bytes,
@@ -33,8 +35,7 @@ from exporter.commands.wait import (
     sparkline,
     standalone_targets,
 )
-from exporter.core.lifecycle import ColdStart, initial_state
-from exporter.core.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
+from exporter.core.lifecycle import initial_state
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.render.status import render_status
 from tests.httpservers import LoopbackServer, closed_port, reply

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from exporter.base.model import FailureReason, LogClass, Phase
 from exporter.config import UserRegex
 from exporter.core.classify import MAX_LINE_CHARS, LogClassifier, clean, redact, split_updates
-from exporter.core.model import FailureReason, LogClass, Phase
 from exporter.engines import ENGINES
 from exporter.engines.profile import LogPatterns
 

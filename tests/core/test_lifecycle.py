@@ -8,19 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.core.lifecycle import (
-    COLD_START_BUCKETS,
-    DEFAULT_STALL_SECONDS,
-    STALL_FLOOR_SECONDS,
-    TRANSITIONS,
-    TargetState,
-    Thresholds,
-    initial_state,
-    learned_stall_seconds,
-    phase_durations_total,
-    step,
-)
-from exporter.core.model import (
+from exporter.base.model import (
     STARTUP_PHASES,
     EngineReport,
     FailureReason,
@@ -33,6 +21,18 @@ from exporter.core.model import (
     ProbeOutcome,
     ProbeResult,
     ProcessSample,
+)
+from exporter.core.lifecycle import (
+    COLD_START_BUCKETS,
+    DEFAULT_STALL_SECONDS,
+    STALL_FLOOR_SECONDS,
+    TRANSITIONS,
+    TargetState,
+    Thresholds,
+    initial_state,
+    learned_stall_seconds,
+    phase_durations_total,
+    step,
 )
 
 T0 = 1_700_000_000.0

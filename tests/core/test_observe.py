@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter.core.classify import LogClassifier
-from exporter.core.lifecycle import initial_state
-from exporter.core.model import (
+from exporter.base.model import (
     DiskSample,
     GpuProcess,
     GpuReading,
@@ -17,6 +15,8 @@ from exporter.core.model import (
     ProcessSample,
     RawLogLine,
 )
+from exporter.core.classify import LogClassifier
+from exporter.core.lifecycle import initial_state
 from exporter.core.observe import (
     TargetReadings,
     TargetWorld,

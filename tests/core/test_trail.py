@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
+from exporter.base.model import LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.core.lifecycle import initial_state
-from exporter.core.model import LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.core.trail import MAX_MARKS, MAX_POINTS, Trails, follow
 
 T0 = 1_700_000_000.0

@@ -12,9 +12,9 @@ import logging
 
 import pytest
 
+from exporter.base.model import Phase
+from exporter.base.records import ColdStart
 from exporter.config import DockerDiscovery, KubernetesDiscovery, Settings, Target
-from exporter.core.lifecycle import ColdStart
-from exporter.core.model import Phase
 from exporter.daemon import Daemon
 from exporter.history import History
 from tests.discovery.containers import CID_SGLANG, compose_vllm, docker_run_sglang

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from exporter.base.errors import ConfigError
 from exporter.config import KubernetesDiscovery
 from exporter.discovery.kubernetes import Credentials, PodWatcher, load_credentials
-from exporter.errors import ConfigError
 from tests.discovery.fakeapi import (
     FakeApiServer,
     bookmark,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from exporter.base.model import FailureReason, LogClass, Phase
 from exporter.core.classify import LogClassifier
-from exporter.core.model import FailureReason, LogClass, Phase
 from exporter.engines import ENGINES
 
 ENGINE_DIR = Path(__file__).resolve().parents[2] / "exporter" / "engines"

@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from exporter.core.model import GpuReading, GpuSample
+from exporter.base.errors import SourceError
+from exporter.base.model import GpuReading, GpuSample
 from exporter.core.observe import attribute_gpu_memory
-from exporter.errors import SourceError
 from exporter.sources.gpu import GpuSource
 from exporter.sources.gpu_amd import AmdGpuSource, amdsmi_library_present
 from exporter.sources.nvml_protocol import HEALTH_READINGS

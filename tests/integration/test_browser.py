@@ -20,8 +20,9 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.wait import WebDriverWait
 
-from exporter.core.lifecycle import ColdStart, initial_state
-from exporter.core.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
+from exporter.base.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
+from exporter.base.records import ColdStart
+from exporter.core.lifecycle import initial_state
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.render.page import page_csp
 from exporter_tooling.fakenvml import build_simulated_nvml

@@ -13,15 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from exporter.core.lifecycle import (
-    WAKE_BUCKETS,
-    ColdStart,
-    Counters,
-    Thresholds,
-    initial_state,
-    step,
-)
-from exporter.core.model import (
+from exporter.base.model import (
     DiskSample,
     EngineReport,
     FailureReason,
@@ -38,6 +30,14 @@ from exporter.core.model import (
     ProbeResult,
     ProcessSample,
     SourceStatus,
+)
+from exporter.core.lifecycle import (
+    WAKE_BUCKETS,
+    ColdStart,
+    Counters,
+    Thresholds,
+    initial_state,
+    step,
 )
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.render.metrics import SnapshotCollector

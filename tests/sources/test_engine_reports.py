@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from exporter.base.model import EngineReport, ModelState, ProbeOutcome
 from exporter.config import Target
-from exporter.core.model import EngineReport, ModelState, ProbeOutcome
 from exporter.engines import ReportKind
 from exporter.sources.engine_reports import read_report
 from exporter.sources.probe import Prober

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from exporter.base.errors import SourceError
+from exporter.base.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.config import Settings, Target
-from exporter.core.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.core.observe import attribute_gpu_memory
 from exporter.daemon import Daemon
-from exporter.errors import SourceError
 from exporter.history import History
 from exporter.render.status import render_status
 from exporter.sources.gpu import GpuSource

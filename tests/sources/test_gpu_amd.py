@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from exporter.base.errors import ConfigErrors, SourceError
+from exporter.base.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.config import Settings, load_settings
-from exporter.core.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.core.observe import attribute_gpu_memory
-from exporter.errors import ConfigErrors, SourceError
 from exporter.sources.gpu import GpuSource
 from exporter.sources.gpu_amd import AmdGpuSource, amdsmi_library_present
 from exporter.sources.gpu_vendors import OptionalVendor, merge_readings, vendor_sources

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from exporter.base.errors import SourceError
+from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.config import Target
 from exporter.core.classify import MAX_LINE_CHARS, LogClassifier
 from exporter.core.lifecycle import initial_state
-from exporter.core.model import FailureReason, LogClass, LogEvent
 from exporter.core.observe import TargetWorld, classify_lines
 from exporter.engines import ENGINES
-from exporter.errors import SourceError
 from exporter.sources.logs import (
     FileLogSource,
     JournalctlLogSource,
@@ -280,7 +280,7 @@ def test_a_real_writer_process_is_followed_live(tmp_path, closing):
 
 CHILD = r"""
 import os, pwd, sys
-from exporter.errors import SourceError
+from exporter.base.errors import SourceError
 from exporter.sources.logs import FileLogSource, JournalLogSource
 import systemd.journal  # imported on first use by the source: here before dropping root
 kind, path, drop = sys.argv[1], sys.argv[2], sys.argv[3] == "drop"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from exporter.base.errors import ConfigError
+from exporter.base.model import ProbeKind, ProbeOutcome, ProbeResult
 from exporter.config import CompletionProbe, Target
-from exporter.core.model import ProbeKind, ProbeOutcome, ProbeResult
-from exporter.errors import ConfigError
 from exporter.sources.probe import Prober, has_choices, load_api_key, says_loading
 from tests.httpservers import (
     Exchange,

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 import exporter.sources.process as process_source
+from exporter.base.model import ProcessSample
 from exporter.config import Target
-from exporter.core.model import ProcessSample
 from exporter.sources import run_source
 from exporter.sources.process import ProcessSource, exits
 from tests.cgroupfs import cgroup_hierarchies
@@ -451,8 +451,8 @@ def _sampler_program() -> None:
     import os
     import sys
 
+    from exporter.base.errors import SourceError
     from exporter.config import Target
-    from exporter.errors import SourceError
     from exporter.sources.process import ProcessSource
 
     finder = json.loads(sys.stdin.read())

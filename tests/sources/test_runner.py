@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.core.model import RawLogLine
+from exporter.base.model import RawLogLine
 from exporter.sources import (
     DEADLINE_EXCEEDED,
     STILL_RUNNING,

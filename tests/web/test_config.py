@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.errors import ConfigError
+from exporter.base.errors import ConfigError
 from exporter.web.config import (
     BasicAuthUsers,
     ClientAuthType,

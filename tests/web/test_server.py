@@ -37,7 +37,7 @@ from cryptography.x509.oid import NameOID
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from exporter.errors import ConfigError, ExporterError
+from exporter.base.errors import ConfigError, ExporterError
 from exporter.web.config import BasicAuthUsers
 from exporter.web.server import HANDLER_THREADS, WebLimits, WebRoutes, WebServer
 

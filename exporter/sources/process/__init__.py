@@ -11,8 +11,8 @@ import logging
 from dataclasses import replace
 from typing import Final
 
+from exporter.base.model import ProcessSample
 from exporter.config import Target
-from exporter.core.model import ProcessSample
 from exporter.sources import Scope
 from exporter.sources.process.downloads import DownloadWatch
 from exporter.sources.process.finding import make_finder

@@ -13,9 +13,9 @@ from typing import Final, Protocol
 
 import psutil
 
+from exporter.base.errors import SourceError
+from exporter.base.files import FileIdentity, file_identity
 from exporter.config import Target, UserRegex
-from exporter.errors import SourceError
-from exporter.files import FileIdentity, file_identity
 from exporter.sources.process.cgroups import container_id_of, pod_uid_of
 from exporter.sources.process.procfs import PROC, ProcessError, proc_hides_pids
 

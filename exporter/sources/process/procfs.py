@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Final
 
-from exporter.errors import SourceError
+from exporter.base.errors import SourceError
 
 PROC: Final = "/proc"
 _CAP_SYS_PTRACE: Final = 19
