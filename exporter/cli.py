@@ -7,6 +7,7 @@ module only dispatches. It is the one place that configures logging handlers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import json
@@ -16,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Final
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 EXIT_OK: Final = 0
 EXIT_RUNTIME: Final = 1
 EXIT_USAGE: Final = 2
+#: 128 + SIGINT, as a shell reports a command stopped by Ctrl-C.
+EXIT_INTERRUPTED: Final = 130
 
 #: Subcommand -> (module, one-line help). Modules are imported only when their command runs.
 COMMANDS: Final[dict[str, tuple[str, str]]] = {
@@ -209,8 +212,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check-config":
         return check_config(args)
     module = importlib.import_module(COMMANDS[args.command][0])
-    result: int = module.run(args)
+    with _interruptible():
+        try:
+            result: int = module.run(args)
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
     return result
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise ``KeyboardInterrupt``, whatever the parent left them as.
+
+    A shell starts a background job (``cmd &`` in a script, ``nohup``) with SIGINT ignored,
+    and Python then installs no handler of its own: ``status --watch`` or ``wait`` would never
+    stop. Commands that stop in their own way (``record``, ``simulate``, ``demo``) install
+    their own handlers inside this. The previous handlers come back afterwards (``main`` also
+    runs inside tests).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in kept:
+        signal.signal(sig, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def config_problems(

@@ -109,26 +109,39 @@ def test_status_exit_2_when_the_exporter_is_unreachable():
 
 
 @pytest.mark.integration
-def test_status_watch_redraws_with_sparklines_of_the_real_start(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_status_watch_redraws_with_sparklines_of_the_real_start(tmp_path, stop):
     with (
         simulator(tmp_path, weights_mb=32, read_mbps=8.0, gpus=1) as sim,
         exporter(tmp_path, target_toml("sim", sim, completion=False)) as exp,
     ):
         exp.wait_for(lambda t: t["phase"] == "loading", "sim", timeout=30)
         time.sleep(1.0)  # a few ticks of reads to draw
-        watch = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "status", "--url", exp.url, "--watch", "0.3"],
+        # Started as a script's background job is: with SIGINT ignored (`trap "" INT`), so
+        # the command must not rely on the disposition it inherits.
+        argv = [sys.executable, "-m", "exporter", "status", "--url", exp.url, "--watch", "0.3"]
+        with subprocess.Popen(
+            ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *argv],
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             cwd=ROOT,
             env={**os.environ, "PYTHONIOENCODING": "utf-8"},
-        )
-        time.sleep(2.0)
-        watch.send_signal(signal.SIGINT)
-        out, _ = watch.communicate(timeout=10)
-    assert watch.returncode == 0
-    frames = [f for f in out.split("\n\n") if f.strip()]
-    assert len(frames) >= 3  # redrawn, not printed once
+        ) as watch:
+            try:
+                assert watch.stdout is not None
+                shown = []  # read until three frames are drawn, however slow the start
+                while sum(line.startswith("TARGET") for line in shown) < 3:
+                    line = watch.stdout.readline()
+                    assert line, watch.stderr.read() if watch.stderr else ""
+                    shown.append(line)
+                watch.send_signal(stop)
+                rest, err = watch.communicate(timeout=10)
+            finally:
+                watch.kill()
+    assert watch.returncode == 0, err
+    # The signal may cut the frame being drawn: the last whole one is what a user saw.
+    frames = [f for f in ("".join(shown) + rest).split("\n\n") if len(f.splitlines()) >= 2]
     header, row = frames[-1].splitlines()[:2]
     assert header.endswith("GPU MEMORY  READ")
     assert re.search("[▁▂▃▄▅▆▇█]{3,}", row), row  # the read rate over the last ticks
