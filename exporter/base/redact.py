@@ -1,11 +1,14 @@
 """Secrets out of engine log lines, by shape: what reaches ``/status``, the page and ``wait``.
 
-No I/O. Four shapes, each on its own:
+No I/O. Five shapes, each on its own:
 
 - a key naming a secret, then its value: ``auth_token=X``, ``password: X``,
   ``"api_key": "X"``, ``'hf_token': 'X'``, ``AWS_SECRET_ACCESS_KEY=X``, ``--api-key X``,
   ``Cookie: a=b; c=d``, ``Authorization: Bearer X``;
-- URL credentials and query parameters naming secrets: ``https://user:X@host``,
+- a secret's environment variable name, a space, and a generated-looking value:
+  ``WANDB_API_KEY 3f9a...``;
+- URL credentials (also percent-encoded) and query parameters naming secrets:
+  ``https://user:X@host``, ``user%3AX%40host``,
   ``?token=X&...``, ``?key=X`` (Google), ``X-Amz-Signature=X``;
 - token formats that are secrets wherever they appear: OpenAI ``sk-``, Hugging Face ``hf_``,
   AWS ``AKIA``/``ASIA``, GitHub ``ghp_``/``gho_``/``github_pat_``, Slack ``xox?-``, JWT
@@ -46,6 +49,11 @@ _SECRET_WORDS: Final = frozenset(
         "signature",
     }
 )
+#: Words after the secret's own that name a part of it, not something else: a
+#: ``client_secret_value``, a ``private_key_b64``. (``_file`` and ``_path`` are left: they
+#: name where a secret is, which is not one.) ``_id`` counts after ``key`` only: a
+#: service-account's ``private_key_id``, but a ``mask_token_id`` is a vocabulary index.
+_QUALIFIERS: Final = frozenset({"value", "b64", "base64", "hex", "data", "raw", "str"})
 #: Two last words that together name a secret ("api_key", "access_key", "private_key").
 _SECRET_PAIRS: Final = frozenset(
     {("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"), ("auth", "key")}
@@ -57,7 +65,7 @@ _KEY_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 # the value: a list, a quoted string, or a bare word. The key must start a word.
 _HINTED_KEY = (
     r"(?:token|secret|passw|pwd|passphrase|api[_-]?key|access[_-]?key|private[_-]?key"
-    r"|credential|auth|session|cookie|signature)"
+    r"|credential|auth|session|cookie|signature|\bkey\b)"
 )
 _PAIR = re.compile(
     r"(?<![\w.-])(?P<key>[\w.-]{0,64}?" + _HINTED_KEY + r"[\w.-]{0,64}?)"
@@ -79,6 +87,17 @@ _FLAG = re.compile(
     re.I,
 )
 _URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]{0,15}://)[^/\s@?#]{1,256}@", re.I)
+# A word that may hold percent-encoded userinfo (a URL inside a query or a form,
+# ``https%3A%2F%2Fuser%3Apw%40host``, or ``user%3Apw%40host`` alone); ``_encoded_userinfo``
+# reads it with string searches, linear in its length.
+_ENCODED_WORD = re.compile(r"[^\s\"'&=?,()\[\]<>]{1,4096}")
+# A secret's name in the shape of an environment variable, a space, then its value, as
+# ``env`` dumps and launch scripts print them: ``WANDB_API_KEY 3f9a...``. Only a value that
+# looks generated (letters and digits, 8 or more) goes: ``HF_TOKEN is not set`` stays.
+_ENV_SPACED = re.compile(
+    r"(?<![\w-])(?P<key>[A-Z][A-Z0-9]{0,32}(?:_[A-Z0-9]{1,32}){1,8})(?P<sep>[ \t]+)"
+    r"(?P<value>(?=[^\s]{0,1024}\d)(?=[^\s]{0,1024}[A-Za-z])[A-Za-z0-9_./+=:-]{8,1024})"
+)
 # Query parameters whose name alone says secret in a URL ("key", "sig").
 _QUERY_SECRET = re.compile(r"([?&](?:key|sig|code)=)[^&#\s'\"]+", re.I)
 _BEARER = re.compile(r"\b(Bearer|Basic)(\s+)[A-Za-z0-9._~+/=-]{6,}", re.I)
@@ -118,9 +137,11 @@ _KEY_HINTS: Final = (
 def names_secret(key: str) -> bool:
     """Whether a key's last word (or two) names a secret: ``auth_token``, not ``max_tokens``."""
     words = [w.lower() for w in _KEY_WORDS.findall(key)]
-    if not words:
-        return False
-    return words[-1] in _SECRET_WORDS or tuple(words[-2:]) in _SECRET_PAIRS
+    while len(words) > 1 and (words[-1] in _QUALIFIERS or words[-2:] == ["key", "id"]):
+        words.pop()
+    if words == ["key"]:  # a bare ``key=``: Google's query parameter, a client's config field
+        return True
+    return bool(words) and (words[-1] in _SECRET_WORDS or tuple(words[-2:]) in _SECRET_PAIRS)
 
 
 def _hidden(value: str) -> str:
@@ -138,9 +159,35 @@ def _pair(m: re.Match[str]) -> str:
         return m.group()
     if value.lower() in _NOT_SET:
         return m.group()
+    if key.lower() == "key" and "=" not in sep and value[:1] not in "'\"":
+        return m.group()  # prose ("dispatch key: X"); ``key=X`` and ``"key": "X"`` go
     if not scheme and (":" in sep or " " in sep) and _STATISTIC.fullmatch(value):
         return m.group()
     return f"{key}{sep}{scheme or ''}{_hidden(value)}"
+
+
+def _encoded_userinfo(m: re.Match[str]) -> str:
+    """A word with the userinfo before its first encoded "@" hidden.
+
+    The userinfo starts after an encoded "//", or at the word's start when it holds an
+    encoded ":" (``user%3Apw%40host``; ``ops%40host`` is an address and stays).
+    """
+    word = m.group()
+    low = word.lower()
+    at = low.find("%40")
+    if at < 0:
+        return word
+    slashes = low.rfind("%2f%2f", 0, at)
+    start = slashes + 6 if slashes >= 0 else 0
+    info = low[start:at]
+    if not info or "%2f" in info or (slashes < 0 and "%3a" not in info):
+        return word  # a path (``%2Fv%40x``) or an address, not credentials
+    return f"{word[:start]}{REDACTED}{word[at:]}"
+
+
+def _spaced(m: re.Match[str]) -> str:
+    key, sep = m.group("key", "sep")
+    return f"{key}{sep}{REDACTED}" if names_secret(key) else m.group()
 
 
 def _has(text: str, words: tuple[str, ...]) -> bool:
@@ -156,6 +203,8 @@ def redact(text: str) -> str:
     low = text.lower()
     if "@" in text and "://" in text:
         text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    if "%40" in text:
+        text = _ENCODED_WORD.sub(_encoded_userinfo, text)
     if "=" in text and ("?" in text or "&" in text):
         text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
     if "cookie" in low:
@@ -164,6 +213,8 @@ def redact(text: str) -> str:
         text = _FLAG.sub(lambda m: f"{m.group(1)}{_hidden(m.group(2))}", text)
     if ("=" in text or ":" in text) and _has(low, _KEY_HINTS):
         text = _PAIR.sub(_pair, text)
+    if "_" in text and _has(low, _KEY_HINTS):
+        text = _ENV_SPACED.sub(_spaced, text)
     if "bearer" in low or "basic" in low:
         text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     for literals, pattern in _FORMATS:

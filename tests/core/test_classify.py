@@ -390,6 +390,14 @@ SECRET_SHAPES = {
     "Slack token": "posting with xoxb-CANARY012345-abcdef",
     "JWT": "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJDQU5BUlkifQ.CANARYsignature",
     "PEM private key": "-----BEGIN RSA PRIVATE KEY----- MIIECANARY",
+    # Issue 30 #16: a qualifier after the secret's name, a bare key, a spaced environment
+    # variable, percent-encoded userinfo (in a URL inside a query, and alone).
+    "a secret's id": 'sa {"private_key_id": "CANARYkid0123", "type": "service_account"}',
+    "a secret's value": "vault client_secret_value=CANARYval model=m",
+    "bare key": "client config key=CANARYbare model=m",
+    "environment variable, space, value": "env WANDB_API_KEY 3f9aCANARY0123456789abcdef",
+    "encoded URL credentials": "GET /login?next=https%3A%2F%2Fuser%3ACANARYpw%40hf.co%2Fm 302",
+    "encoded userinfo alone": "clone from user%3ACANARYpw%40github.com/org/repo",
 }
 
 
@@ -413,6 +421,9 @@ def test_each_secret_shape_is_redacted(line):
         "model Qwen/Qwen2.5-7B-Instruct@main on cuda:0, author: someone, oauth_enabled=false",
         "mail ops@example.com about http://127.0.0.1:8000/health?ready=1",
         "disk-cache at /var/cache/sk-models, task-1234 done",
+        "HF_TOKEN environment variable is not set, VLLM_API_KEY 2 set",
+        "cache_key=abc123 sort_key=1 monkey=9, dispatch key: ADInplaceOrView, mask_token_id=12",
+        "mail ops%40example.com, GET /v1%2Fmodels%40main",
     ],
 )
 def test_ordinary_lines_are_left_as_they_are(line):
