@@ -60,6 +60,7 @@ STDLIB = set(sys.stdlib_module_names)
                 "exporter.core.lifecycle",
                 "exporter.core.snapshot",
                 "exporter.core.gpuhealth",
+                "exporter.render.bounds",
                 "prometheus_client",
             },
         ),
