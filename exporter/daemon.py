@@ -31,6 +31,8 @@ from exporter.base.model import (
 )
 from exporter.base.records import ColdStart
 from exporter.config import Settings, Target
+from exporter.core.advice import Verdicts, follow_bounds
+from exporter.core.bounds import Bounds
 from exporter.core.classify import LogClassifier
 from exporter.core.lifecycle import (
     TargetState,
@@ -91,6 +93,8 @@ class _Watched:
     last_phase: Phase | None = None
     last_stalled: bool = False
     trails: Trails = field(default_factory=Trails)
+    bounds: Bounds = field(default_factory=Bounds)
+    verdicts: Verdicts = field(default_factory=Verdicts)
 
     def sources(self) -> list[Source[object]]:
         """The target's tick sources, the process tree first (the loop samples it first)."""
@@ -424,6 +428,9 @@ class Daemon:
         w.world = advance(w.world, obs, now, w.thresholds)
         state = w.world.state
         w.trails = follow(w.trails, obs, state, per_gpu)
+        w.bounds, w.verdicts = follow_bounds(
+            w.bounds, w.verdicts, obs, state, self._gpu_reading.gpus, per_gpu
+        )
         self._log_edges(w)
         if state.finished_start is not None:
             key = w.target.history_name  # a workload's replicas learn from each other
@@ -454,6 +461,7 @@ class Daemon:
             p95_start_seconds=w.p95_start_seconds,
             recent_starts=w.recent_starts,
             trails=w.trails,
+            verdicts=w.verdicts,
             stall_threshold_seconds=w.thresholds.stall_seconds.get(state.phase),
         )
 

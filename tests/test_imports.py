@@ -60,6 +60,7 @@ STDLIB = set(sys.stdlib_module_names)
                 "exporter.core.lifecycle",
                 "exporter.core.snapshot",
                 "exporter.core.gpuhealth",
+                "exporter.render.bounds",
                 "prometheus_client",
             },
         ),
@@ -67,9 +68,16 @@ STDLIB = set(sys.stdlib_module_names)
         ("exporter.core.gpuhealth", {"exporter.base"}),
         (
             "exporter.core.snapshot",
-            {"exporter.base", "exporter.core.lifecycle", "exporter.core.trail"},
+            {
+                "exporter.base",
+                "exporter.core.advice",
+                "exporter.core.bounds",
+                "exporter.core.lifecycle",
+                "exporter.core.trail",
+            },
         ),
         ("exporter.core.trail", {"exporter.base", "exporter.core.lifecycle"}),
+        ("exporter.core.bounds", {"exporter.base", "exporter.core.lifecycle"}),
     ],
 )
 def test_pure_modules_import_only_what_they_may(module, allowed):

@@ -15,6 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PROM = ROOT / "deploy/prometheus"
 RULE_FILES = (PROM / "alerts.yml", PROM / "rules.yml")
 GOLDEN = ROOT / "tests/fixtures/metrics/two-targets-four-gpus.prom"
+RUNBOOK_BASE = (
+    "https://github.com/inference-lifecycle-exporter/inference-lifecycle-exporter"
+    "/blob/main/docs/runbooks/"
+)
+# What the stall and failure alerts add for the person paged (deploy/alertmanager templates).
+ON_CALL = frozenset({"phase", "reason", "last_progress", "page"})
 # Series Prometheus itself makes for every scrape target, not the exporter.
 PROMETHEUS_SERIES = frozenset({"up", "ALERTS"})
 _KEYWORDS = frozenset(
@@ -102,7 +108,7 @@ def test_promtool_unit_tests_catch_a_broken_alert(tmp_path):
     broken = (
         (PROM / "alerts.yml")
         .read_text()
-        .replace("expr: inference_server_stalled == 1", "expr: inference_server_stalled >= 0")
+        .replace("(inference_server_stalled == 1)", "(inference_server_stalled >= 0)")
     )
     assert broken != (PROM / "alerts.yml").read_text()
     (tmp_path / "alerts.yml").write_text(broken)
@@ -117,9 +123,28 @@ def test_every_alert_has_the_node_mixin_shape(alert):
     assert re.fullmatch(r"\d+[smh]", str(alert.get("for", ""))), "needs a for:"
     assert alert["labels"]["severity"] in ("warning", "critical")
     annotations = alert["annotations"]
-    assert set(annotations) == {"summary", "description", "runbook"}
+    assert {"summary", "description", "runbook", "runbook_url"} <= set(annotations)
+    assert set(annotations) <= {"summary", "description", "runbook", "runbook_url"} | ON_CALL
     assert all(len(text) > 20 for text in annotations.values())
     assert annotations["summary"].endswith(".")
+
+
+@pytest.mark.parametrize("alert", alerts(), ids=lambda a: a["alert"])
+def test_every_alert_links_its_own_runbook_page(alert):
+    url = alert["annotations"]["runbook_url"]
+    assert url.startswith(RUNBOOK_BASE), url
+    page = ROOT / "docs/runbooks" / url.removeprefix(RUNBOOK_BASE)
+    assert page.name == f"{alert['alert']}.md"
+    text = page.read_text()
+    assert text.startswith(f"# {alert['alert']}\n")
+    for section in ("## What it means", "## Confirm it", "## Usual causes", "## What to do"):
+        assert section in text, f"{page.name}: no {section!r}"
+
+
+def test_every_runbook_page_belongs_to_an_alert():
+    names = {a["alert"] for a in alerts()}
+    pages = {p.stem for p in (ROOT / "docs/runbooks").glob("*.md")} - {"README"}
+    assert pages == names
 
 
 def _unit_test_cases() -> list[dict[str, Any]]:

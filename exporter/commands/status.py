@@ -13,12 +13,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from exporter.base.units import format_duration
 from exporter.commands.wait import (
     EXIT_USAGE,
     StatusClient,
     WaitError,
     add_daemon_flags,
-    format_duration,
     phase_label,
     shown_url,
     sparkline,

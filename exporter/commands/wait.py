@@ -25,6 +25,7 @@ import httpx
 from exporter import __version__
 from exporter.base.errors import ConfigError
 from exporter.base.model import ProbeOutcome, ProbeResult
+from exporter.base.units import format_bytes, format_duration
 from exporter.config import CompletionProbe, Target, parse_duration
 from exporter.render.status_doc import MalformedStatus, StatusDoc, TargetDoc, parse_status_doc
 from exporter.sources.probe import Prober
@@ -216,32 +217,6 @@ def shown_url(url: str) -> str:
 
 
 # --- formatting (shared with ``status``) ----------------------------------------------------
-
-
-def format_duration(seconds: float | None) -> str:
-    """Compact human duration: ``42s``, ``10m40s``, ``2h05m``; ``-`` when unknown."""
-    if seconds is None:
-        return "-"
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-def format_bytes(n: float | None) -> str:
-    """Binary units with one decimal: ``31.2 GiB``; ``-`` when unknown."""
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            break
-        value /= 1024
-    if unit == "GiB" and abs(value) >= 1024:
-        return f"{value / 1024:.1f} TiB"
-    return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def eta_text(doc: TargetDoc) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from exporter.base.model import GpuSample, HostReadings, MigSample, ProcessSample, SourceStatus
 from exporter.base.records import ColdStart
+from exporter.core.advice import Verdicts
 from exporter.core.lifecycle import TargetState
 from exporter.core.trail import Trails
 
@@ -49,6 +50,7 @@ class TargetSnapshot:
         stall_threshold_seconds: the current phase's stall threshold, if it has one.
         mig_memory_bytes: per MIG device UUID, memory the target's processes hold on that
             slice (also counted in ``gpu_memory_bytes`` under the parent GPU).
+        verdicts: what bounded each phase of the running and of the last finished start.
     """
 
     info: TargetInfo
@@ -64,6 +66,7 @@ class TargetSnapshot:
     trails: Trails = field(default_factory=Trails)
     stall_threshold_seconds: float | None = None
     mig_memory_bytes: tuple[tuple[str, int], ...] = ()
+    verdicts: Verdicts = field(default_factory=Verdicts)
 
 
 @dataclass(frozen=True, slots=True)

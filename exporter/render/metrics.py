@@ -24,6 +24,7 @@ from exporter.base.model import FailureReason, GpuSample, LogClass, Phase, Probe
 from exporter.core.gpuhealth import throttle_active
 from exporter.core.lifecycle import Histogram, observed_load_seconds
 from exporter.core.snapshot import Snapshot, TargetSnapshot
+from exporter.render.bounds import bound_families
 
 _TICK_NOTE: Final = " (as of the last sampling tick)"
 
@@ -43,6 +44,7 @@ class SnapshotCollector(Collector):
             return
         yield from exporter_families(snap)
         yield from server_families(snap.targets)
+        yield from bound_families(snap.targets)
         yield from gpu_families(snap)
         yield from mig_families(snap)
         yield from gpu_health_families(snap)

@@ -19,6 +19,7 @@ from exporter.core.lifecycle import (
     startup_probe_advice,
 )
 from exporter.core.snapshot import Snapshot, TargetSnapshot
+from exporter.render.bounds import phase_bound_doc
 from exporter.render.status_doc import (
     ColdStartDoc,
     EngineReportDoc,
@@ -165,6 +166,8 @@ def _target(
         "typical_cold_start_seconds": t.typical_start_seconds,
         "gpu_memory": _gpu_memory(t, gpus),
         "mig_memory": _mig_memory(t, migs),
+        "bounds": [phase_bound_doc(p) for p in t.verdicts.running],
+        "last_start_bounds": [phase_bound_doc(p) for p in t.verdicts.last],
     }
 
 

@@ -117,6 +117,28 @@ class TimelineRowDoc(TypedDict):
     running: bool
 
 
+class PhaseBoundDoc(TypedDict):
+    """What bounded one phase of a start, the figures behind it and the advice line."""
+
+    phase: str
+    #: disk, page_cache, network, cpu, gpu, peers or idle.
+    bound: str
+    running: bool
+    seconds: float
+    #: One line for people: the figures, the verdict and what it would take.
+    advice: str
+    read_bytes: int
+    read_bytes_per_second: float
+    device_read_bytes: int
+    cpu_cores: float
+    download_bytes: int
+    gpu_utilization_ratio: float | None
+    memory_grown_bytes: int
+    peer_lines: int
+    best_read_bytes_per_second: float | None
+    would_take_seconds: float | None
+
+
 class GpuMemoryDoc(TypedDict):
     """A target's memory on one GPU, and that card's total."""
 
@@ -199,6 +221,10 @@ class TargetDoc(TypedDict):
     gpu_memory: list[GpuMemoryDoc]
     #: The MIG slices the target's processes run on (empty off MIG).
     mig_memory: list[MigMemoryDoc]
+    #: The running start's phases with their bounds (empty between starts).
+    bounds: list[PhaseBoundDoc]
+    #: The last finished start's phases with their bounds.
+    last_start_bounds: list[PhaseBoundDoc]
 
 
 class GpuHealthDoc(TypedDict):

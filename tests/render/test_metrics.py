@@ -31,6 +31,8 @@ from exporter.base.model import (
     ProcessSample,
     SourceStatus,
 )
+from exporter.core.advice import THRESHOLDS, Verdicts, verdicts
+from exporter.core.bounds import Bound, Bounds, PhaseFigures, StartFigures
 from exporter.core.lifecycle import (
     WAKE_BUCKETS,
     ColdStart,
@@ -111,6 +113,12 @@ def ready_state():
     return replace(state, counters=counters, last_cold_start=previous, engine_report=report), p
 
 
+def start_bounds(pid, *phases, finished=False):
+    """What bounded each phase: a start's figures judged against a 3 GiB/s best."""
+    start = StartFigures(pid, T0, tuple(phases), finished=finished)
+    return verdicts(Bounds(current=start, best_read_bytes_per_second=3 * GiB), THRESHOLDS)
+
+
 def snapshot():
     kimi, kp = loading_state()
     llama, lp = ready_state()
@@ -152,6 +160,11 @@ def snapshot():
                 kimi,
                 kp,
                 ((0, 35 * GiB), (1, 35 * GiB)),
+                verdicts=start_bounds(
+                    4242,
+                    PhaseFigures(Phase.STARTING, 10.0, cpu_seconds=15.0),
+                    PhaseFigures(Phase.LOADING, 30.0, read_bytes=80 * GiB, cpu_seconds=30.0),
+                ),
             ),
             TargetSnapshot(
                 TargetInfo("llama", "llamacpp"),
@@ -161,6 +174,15 @@ def snapshot():
                 log_backlog_bytes=24 << 20,
                 log_lag_seconds=3.0,
                 orphaned_gpu_memory_bytes=((3, 70 * GiB),),  # left by its crashed instance
+                verdicts=start_bounds(
+                    77,
+                    PhaseFigures(Phase.STARTING, 40.0, cpu_seconds=50.0),
+                    PhaseFigures(Phase.LOADING, 450.0, memory_grown_bytes=8 * GiB),
+                    PhaseFigures(
+                        Phase.INITIALIZING, 200.0, gpu_busy_seconds=180.0, gpu_seconds=200.0
+                    ),
+                    finished=True,
+                ),
             ),
         ),
         gpus=gpus,
@@ -332,6 +354,7 @@ def test_labels_are_bounded_and_secret_free():
         "vendor",
         "xid",
         "reading",
+        "bound",
     }
     assert "4242" not in text  # never a pid
     # a discovered target's place in Kubernetes is joined on, never repeated per series
@@ -344,10 +367,11 @@ def _series(snap: Snapshot) -> int:
 
 
 def _without_optional_features(t: TargetSnapshot) -> TargetSnapshot:
-    """A target that never slept, whose engine reports nothing and left nothing behind."""
+    """A target that never slept, whose engine reports nothing, left nothing behind and has
+    no start whose bounds were judged."""
     counters = replace(t.state.counters, wakes=Counters().wakes)
     state = replace(t.state, counters=counters, engine_report=None)
-    return replace(t, state=state, orphaned_gpu_memory_bytes=())
+    return replace(t, state=state, orphaned_gpu_memory_bytes=(), verdicts=Verdicts())
 
 
 def _without_health(g: GpuSample) -> GpuSample:
@@ -369,9 +393,10 @@ def test_series_budget_two_targets_eight_gpus_under_200():
     # gpu_health_metrics = "all": ECC, retired pages, two remap flags, five throttle reasons
     # and four PCIe link gauges per GPU (Xid counters only once one came)
     assert _series(replace(base, gpus=healthy, all_gpu_health=True)) - typical == 8 * 13
-    # one target woke once, reports its load time and has one GPU held by its leftovers
+    # one target woke once, reports its load time and has one GPU held by its leftovers;
+    # bounds: one series per phase of a finished start (3 here), one per bound while starting
     added = _series(replace(snap, gpus=gpus)) - typical
-    assert added == (len(WAKE_BUCKETS) + 3) + 2 + 1, added
+    assert added == (len(WAKE_BUCKETS) + 3) + 2 + 1 + 3 + len(Bound), added
 
 
 def test_before_the_first_tick_only_build_info_is_rendered():
