@@ -1,0 +1,144 @@
+"""The step: (previous state, observation, now, thresholds) -> new state."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from exporter.base.model import STARTUP_PHASES, FailureReason, Observation, Phase
+from exporter.core.classify import reason_detail
+from exporter.core.lifecycle.evidence import Evidence, gather_evidence, next_baseline
+from exporter.core.lifecycle.phase import failed_model, next_phase
+from exporter.core.lifecycle.progress import (
+    estimate_eta,
+    merge_shards,
+    next_progress_ratio,
+    note_loader,
+    stall_verdict,
+    track_download,
+)
+from exporter.core.lifecycle.state import (
+    ORDER,
+    TRANSITIONS,
+    TargetState,
+    Thresholds,
+    Wake,
+    evolve,
+)
+from exporter.core.lifecycle.tracking import (
+    add_seconds,
+    begin_instance,
+    count_lines,
+    enter,
+    new_instance,
+    notable,
+    track_load,
+)
+
+
+def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> TargetState:
+    """Advance one target's state by one observation taken at ``now`` (epoch seconds)."""
+    state = evolve(prev, finished_start=None)
+    if new_instance(prev, obs):
+        state = begin_instance(state, obs, now)
+    dt = now - prev.updated_at if prev.updated_at is not None else 0.0
+    ev = gather_evidence(state, obs, dt)
+    phase, reason, failure = next_phase(state, obs, ev, now, th)
+    state = evolve(
+        state,
+        shard_progress=merge_shards(state.shard_progress, obs.log_events),
+        notable_lines=notable(state.notable_lines, obs.log_events),
+        counters=count_lines(state.counters, obs.log_events),
+    )
+    if phase is Phase.FAILED and _passes_through(state.phase, ev.log_phase):
+        # The same lines announced a later phase before the fatal one: keep it in the story.
+        assert ev.log_phase is not None
+        state = enter(state, ev.log_phase, f"log marker announces {ev.log_phase}", None, now)
+    if phase is not state.phase and phase in TRANSITIONS[state.phase]:
+        state = enter(state, phase, reason, failure, now)
+        if phase is Phase.FAILED:
+            state = replace(state, reason_detail=_failure_detail(ev, failure, obs))
+    elif phase is state.phase and reason != state.reason:
+        state = replace(state, reason=reason)
+    state = _track_wake(prev, _after_probe(track_load(state, obs), obs), ev, now)
+    state = note_loader(track_download(state, obs, ev, dt), obs.log_events)
+    if obs.health is not None and obs.health.report is not None:
+        state = replace(state, engine_report=obs.health.report)
+    if ev.kinds and state.phase in STARTUP_PHASES:
+        state = _note_progress(state, now, ev.kinds)
+    elif state.phase in STARTUP_PHASES and state.last_progress_at is not None:
+        quiet = now - state.last_progress_at
+        state = replace(
+            state, longest_quiet=add_seconds(state.longest_quiet, state.phase, quiet, keep_max=True)
+        )
+    stalled, stall_reason = stall_verdict(state, now, th)
+    state = replace(
+        state,
+        stalled=stalled,
+        stall_reason=stall_reason,
+        updated_at=now,
+        baseline=next_baseline(state.baseline, obs, ev, now),
+    )
+    state = evolve(state, progress_ratio=next_progress_ratio(state, obs, th))
+    return evolve(state, eta_seconds=None if state.stalled else estimate_eta(state, now, th))
+
+
+def _failure_detail(ev: Evidence, failure: FailureReason | None, obs: Observation) -> str | None:
+    """For people: the GPU events, the decisive log line, or the model the server gave up on."""
+    if failure is FailureReason.GPU_ERROR and obs.gpu_errors:
+        return "; ".join(obs.gpu_errors)
+    if failure is ev.fatal and ev.fatal_event is not None:
+        return reason_detail(ev.fatal_event)
+    model = failed_model(obs)
+    if model is not None:
+        return f"model {model.name} (version {model.version or '-'}): {model.reason}"
+    return None
+
+
+def _passes_through(current: Phase, announced: Phase | None) -> bool:
+    """A log marker moved the start forward (within the startup phases) in this tick."""
+    return (
+        announced in STARTUP_PHASES
+        and current in (Phase.DOWN, *STARTUP_PHASES)
+        and announced in TRANSITIONS[current]
+        and ORDER[announced] > ORDER[current]
+    )
+
+
+def _track_wake(prev: TargetState, state: TargetState, ev: Evidence, now: float) -> TargetState:
+    """A wake begins when GPU memory climbs in sleep and ends when the engine is awake again.
+
+    Without a climb seen (a wake shorter than a tick), it began after the last tick that saw
+    the server asleep. The wake goes to its own histogram, never to the cold-start one.
+    """
+    if state.phase is Phase.SLEEPING:
+        if prev.phase is not Phase.SLEEPING:
+            return replace(state, wake_began_at=None)
+        if ev.gpu_grew and state.wake_began_at is None:
+            return replace(state, wake_began_at=prev.updated_at or now)
+        return state
+    if prev.phase is not Phase.SLEEPING or state.phase not in (Phase.READY, Phase.SERVING):
+        return replace(state, wake_began_at=None) if state.wake_began_at is not None else state
+    wake = Wake(state.wake_began_at or prev.updated_at or now, now)
+    counters = replace(state.counters, wakes=state.counters.wakes.observe(wake.duration_seconds))
+    return replace(state, last_wake=wake, wake_began_at=None, counters=counters)
+
+
+def _after_probe(state: TargetState, obs: Observation) -> TargetState:
+    h = obs.health
+    failures = 0 if h is None or h.ok else state.health_failures + 1
+    return replace(
+        state,
+        health_failures=failures,
+        last_health=h if h is not None else state.last_health,
+        last_completion=obs.completion or state.last_completion,
+    )
+
+
+def _note_progress(state: TargetState, now: float, kinds: tuple[str, ...]) -> TargetState:
+    quiet = now - state.last_progress_at if state.last_progress_at is not None else 0.0
+    return replace(
+        state,
+        last_progress_at=now,
+        last_evidence=", ".join(kinds),
+        longest_quiet=add_seconds(state.longest_quiet, state.phase, quiet, keep_max=True),
+    )

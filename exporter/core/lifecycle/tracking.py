@@ -1,0 +1,210 @@
+"""Bookkeeping: counters, phase time, transitions, instances, finished starts, notable lines."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TypeVar
+
+from exporter.base.model import (
+    STARTUP_PHASES,
+    FailureReason,
+    LogClass,
+    LogEvent,
+    Observation,
+    Phase,
+)
+from exporter.base.records import ColdStart, Transition
+from exporter.core.lifecycle.state import (
+    NOTABLE_LINES_KEPT,
+    TRANSITIONS_KEPT,
+    UP_PHASES,
+    Baseline,
+    Counters,
+    TargetState,
+    evolve,
+)
+
+K = TypeVar("K")
+
+
+def add_seconds(
+    pairs: tuple[tuple[Phase, float], ...], key: Phase, value: float, *, keep_max: bool = False
+) -> tuple[tuple[Phase, float], ...]:
+    """Per-phase seconds with ``value`` added to ``key`` (or kept as the maximum)."""
+    d = dict(pairs)
+    d[key] = max(d.get(key, 0.0), value) if keep_max else d.get(key, 0.0) + value
+    return tuple(d.items())
+
+
+def bump(pairs: tuple[tuple[K, int], ...], key: K, n: int = 1) -> tuple[tuple[K, int], ...]:
+    """Counts with ``key`` raised by ``n``."""
+    d = dict(pairs)
+    d[key] = d.get(key, 0) + n
+    return tuple(d.items())
+
+
+def count_lines(counters: Counters, events: tuple[LogEvent, ...]) -> Counters:
+    """Counters with each event counted under its class."""
+    if not events:
+        return counters
+    lines = counters.log_lines
+    for ev in events:
+        lines = bump(lines, ev.cls)
+    return replace(counters, log_lines=lines)
+
+
+def _observe_cold_start(counters: Counters, seconds: float) -> Counters:
+    return replace(counters, cold_starts=counters.cold_starts.observe(seconds))
+
+
+def _finish_start(
+    state: TargetState, now: float, outcome: str, reason: FailureReason | None
+) -> ColdStart | None:
+    if state.started_at is None or not state.observed_startup:
+        return None
+    return ColdStart(
+        started_at=state.started_at,
+        ended_at=now,
+        outcome=outcome,
+        reason=str(reason) if reason else None,
+        phase_seconds=state.phase_seconds,
+        longest_quiet_seconds=state.longest_quiet,
+        read_bytes=state.load_read_bytes or None,
+        peak_gpu_bytes=state.peak_gpu_bytes,
+    )
+
+
+def new_instance(prev: TargetState, obs: Observation) -> bool:
+    """The observed process is another instance than the one the state follows."""
+    p = obs.process
+    return p is not None and not p.is_instance(prev.pid, prev.create_time)
+
+
+def begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetState:
+    """A new process: close the previous instance's story, reset the per-start fields."""
+    assert obs.process is not None
+    state = prev
+    if prev.pid is not None:
+        state = replace(
+            state, counters=replace(state.counters, restarts=state.counters.restarts + 1)
+        )
+        if prev.phase in STARTUP_PHASES:
+            state = enter(
+                state, Phase.FAILED, "process replaced before ready", FailureReason.EXITED, now
+            )
+        elif prev.phase in UP_PHASES:
+            state = record(state, now, Phase.DOWN, "process replaced")
+    p = obs.process
+    return replace(
+        state,
+        pid=p.pid,
+        create_time=p.create_time,
+        observed_startup=False,
+        started_at=None,
+        ready_at=None,
+        progress_ratio=None,
+        shard_progress=(),
+        eta_seconds=None,
+        failure_reason=None,
+        reason_detail=None,
+        health_failures=0,
+        load_read_bytes=0,
+        load_read_base=None,
+        peak_gpu_bytes=None,
+        phase_seconds=(),
+        longest_quiet=(),
+        last_progress_at=p.create_time,
+        stalled=False,
+        stall_reason=None,
+        baseline=Baseline(),
+        loader=None,
+        loader_bytes_per_second=None,
+        download_bytes=0,
+        download_bytes_per_second=None,
+        engine_report=None,
+    )
+
+
+def record(state: TargetState, now: float, to: Phase, reason: str) -> TargetState:
+    """Enter a phase: account the time spent in the old one, remember the transition."""
+    since = state.phase_since if state.phase_since is not None else now
+    seconds = state.phase_seconds
+    if state.phase in STARTUP_PHASES:
+        seconds = add_seconds(seconds, state.phase, max(0.0, now - since))
+    t = Transition(now, state.phase, to, reason)
+    return replace(
+        state,
+        phase=to,
+        phase_since=now,
+        reason=reason,
+        phase_seconds=seconds,
+        transitions=(*state.transitions, t)[-TRANSITIONS_KEPT:],
+    )
+
+
+def track_load(state: TargetState, obs: Observation) -> TargetState:
+    """Bytes read since loading began, and the peak GPU memory of this start."""
+    p = obs.process
+    peak = state.peak_gpu_bytes
+    if obs.gpu_memory_bytes is not None:
+        peak = max(peak or 0, obs.gpu_memory_bytes)
+    base, loaded = state.load_read_base, state.load_read_bytes
+    if p is not None and p.read_bytes is not None and state.phase in STARTUP_PHASES:
+        if base is None or p.read_bytes < base:
+            base = p.read_bytes  # first sample, or a reset when a worker was reaped
+        else:
+            loaded = max(loaded, p.read_bytes - base)
+    return evolve(state, peak_gpu_bytes=peak, load_read_base=base, load_read_bytes=loaded)
+
+
+def notable(prev: tuple[LogEvent, ...], events: tuple[LogEvent, ...]) -> tuple[LogEvent, ...]:
+    """The last error and fatal lines; a fatal line outlives the traceback frames after it."""
+    keep = [e for e in events if e.cls in (LogClass.ERROR, LogClass.FATAL)]
+    if not keep:
+        return prev
+    lines = [*prev, *keep]
+    while len(lines) > NOTABLE_LINES_KEPT:
+        oldest_error = next((i for i, e in enumerate(lines) if e.cls is LogClass.ERROR), 0)
+        del lines[oldest_error]
+    return tuple(lines)
+
+
+def enter(
+    state: TargetState, phase: Phase, reason: str, failure: FailureReason | None, now: float
+) -> TargetState:
+    """Apply a transition and what it implies: start seen, cold start finished, failure."""
+    was_startup = state.phase in STARTUP_PHASES
+    first_startup = phase in STARTUP_PHASES and state.phase in (Phase.DOWN, Phase.FAILED)
+    state = record(state, now, phase, reason)
+    if first_startup:
+        # The cold start began when the process did, not when we first saw it.
+        since = min(now, state.create_time) if state.create_time is not None else now
+        state = replace(state, observed_startup=True, phase_since=since, started_at=since)
+    if phase in (Phase.READY, Phase.SERVING) and state.ready_at is None:
+        finished = _finish_start(state, now, "ready", None)
+        counters = state.counters
+        if finished is not None:
+            counters = _observe_cold_start(counters, finished.duration_seconds)
+        state = replace(
+            state,
+            ready_at=now,
+            counters=counters,
+            finished_start=finished,
+            last_cold_start=finished or state.last_cold_start,
+            stalled=False,
+        )
+    elif phase is Phase.FAILED:
+        reason_ = failure or FailureReason.EXITED
+        finished = _finish_start(state, now, "failed", reason_) if was_startup else None
+        counters = replace(
+            state.counters, start_failures=bump(state.counters.start_failures, reason_)
+        )
+        state = replace(
+            state,
+            failure_reason=reason_,
+            observed_startup=False,  # this start is closed; a later ready is not its end
+            counters=counters,
+            finished_start=finished,
+            last_cold_start=finished or state.last_cold_start,
+        )
+    return state
