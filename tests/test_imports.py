@@ -109,7 +109,7 @@ def test_pure_modules_import_only_what_they_may(module, allowed):
             "httpx",
             {
                 "exporter.sources.probe",
-                "exporter.commands.wait",
+                "exporter.commands.client",
                 "exporter.config",
                 "exporter.discovery.kubernetes",
                 "exporter.discovery.docker",
@@ -160,7 +160,7 @@ def test_only_the_shell_imports_sources():
         "exporter.daemon",
         "exporter.discovery.watch",  # the probes' socket watchdog
         "exporter.cli",
-        "exporter.commands.wait",
+        "exporter.commands.wait_standalone",
         "exporter.commands.replay",
     }
 

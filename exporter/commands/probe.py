@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Final
 
-from exporter.commands.wait import EXIT_USAGE, StatusClient, WaitError, add_daemon_flags
+from exporter.commands.client import EXIT_USAGE, StatusClient, WaitError, add_daemon_flags
 
 EXIT_OK: Final = 0
 EXIT_FAILING: Final = 1

@@ -14,15 +14,14 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from exporter.base.units import format_duration
-from exporter.commands.wait import (
+from exporter.commands.client import (
     EXIT_USAGE,
     StatusClient,
     WaitError,
     add_daemon_flags,
-    phase_label,
     shown_url,
-    sparkline,
 )
+from exporter.commands.text import phase_label, sparkline
 from exporter.render.status_doc import ColdStartDoc, StatusDoc, TargetDoc
 
 EXIT_OK: Final = 0

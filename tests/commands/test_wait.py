@@ -23,18 +23,11 @@ import pytest
 
 from exporter.base.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
 from exporter.base.records import ColdStart
-from exporter.commands.wait import (
-    eta_text,
-    format_bytes,
-    format_duration,
-    judge,
-    live_line,
-    notable_lines,
-    process_gone,
-    shown_url,
-    sparkline,
-    standalone_targets,
-)
+from exporter.base.units import format_bytes, format_duration
+from exporter.commands.client import shown_url
+from exporter.commands.text import eta_text, live_line, notable_lines, sparkline
+from exporter.commands.verdict import judge
+from exporter.commands.wait_standalone import process_gone, standalone_targets
 from exporter.core.lifecycle import initial_state
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.render.status import render_status

@@ -18,13 +18,8 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.commands.wait import (
-    EXIT_REACHED,
-    OLD_VERDICT_SNAPSHOTS,
-    Recency,
-    Verdict,
-    _moment,
-)
+from exporter.commands.verdict import EXIT_REACHED, Verdict
+from exporter.commands.wait import OLD_VERDICT_SNAPSHOTS, Recency, _moment
 from exporter.render.status_doc import StatusDoc, TargetDoc, parse_status_doc
 from exporter_tooling.simulate.launcher import SimulatorSpec, simulator_argv
 from tests.integration.harness import (
