@@ -16,6 +16,7 @@ import json
 import socketserver
 import ssl
 import threading
+import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -418,3 +419,19 @@ def _usage(*, cert_sign: bool) -> x509.KeyUsage:
         encipher_only=False,
         decipher_only=False,
     )
+
+
+def arrivals(
+    server: LoopbackServer, path: str, counted: Callable[[Exchange], bool] = lambda ex: True
+) -> list[float]:
+    """When each request to ``path`` that ``counted`` arrived (monotonic), from now on."""
+    times: list[float] = []
+    route = server.routes[path]
+
+    def timed(ex: Exchange) -> None:
+        if counted(ex):
+            times.append(time.monotonic())
+        route(ex)
+
+    server.routes[path] = timed
+    return times

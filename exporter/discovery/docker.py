@@ -28,6 +28,7 @@ from exporter.discovery.watch import (
     StatusError,
     json_lines,
     json_object,
+    reason_of,
 )
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 DEFAULT_EVENTS_SECONDS: Final = 300
 #: Seconds a list or an inspect may take before the daemon counts as stuck.
 DEFAULT_READ_SECONDS: Final = 30.0
+#: Seconds one container's inspect may take: one hanging container must not hold up the rest.
+DEFAULT_INSPECT_SECONDS: Final = 5.0
 _NOT_FOUND: Final = 404
 #: The actions that change what a container is: anything else (exec, health) is noise.
 #: ``kill`` is not an end (``docker kill -s HUP`` leaves it running) and a paused engine is
@@ -83,6 +86,7 @@ class ContainerWatcher(ListWatcher[int]):
         *,
         events_seconds: int = DEFAULT_EVENTS_SECONDS,
         read_seconds: float = DEFAULT_READ_SECONDS,
+        inspect_seconds: float = DEFAULT_INSPECT_SECONDS,
         backoff: float = 1.0,
         backoff_cap: float = 60.0,
     ) -> None:
@@ -103,7 +107,10 @@ class ContainerWatcher(ListWatcher[int]):
         )
         self._settings = settings
         self._events_seconds = events_seconds
+        self._inspect_seconds = min(inspect_seconds, read_seconds)
         self._containers: dict[str, Mapping[str, object]] = {}
+        #: Containers whose inspect failed: tried again before each events window.
+        self._unread: set[str] = set()
 
     def _list(self) -> int:
         """Replace the containers with a fresh list; returns when (Unix seconds) it began."""
@@ -116,15 +123,46 @@ class ContainerWatcher(ListWatcher[int]):
         listed = self._get("/containers/json", {"filters": _LIST_FILTERS})
         if not isinstance(listed, list):
             raise ApiError("bad_response")
-        ids = [field_str(c, "Id") for c in listed if isinstance(c, Mapping)]
-        containers = {i: c for i in ids if i and (c := self._inspect(i)) is not None}
-        self._containers = containers
+        ids = [i for c in listed if isinstance(c, Mapping) and (i := field_str(c, "Id"))]
+        before, self._containers, self._unread = self._containers, {}, set()
+        for container_id in ids:
+            self._read(container_id, before.get(container_id))
         self._publish()
         self._tracker.succeeded()
         return began
 
+    def _read(self, container_id: str, known: Mapping[str, object] | None) -> None:
+        """Inspect one container into ``_containers``; a failure keeps what was ``known``.
+
+        A container whose inspect hangs or fails is skipped (and retried later), so the
+        others are still found; only a failed connection (the daemon gone) ends the list.
+        """
+        try:
+            inspected = self._inspect(container_id)
+        except (ApiError, ValueError) as exc:
+            if self._stop.is_set():
+                raise  # cut by close(): the events stream it interrupted ends too
+            if container_id not in self._unread:
+                log.warning("docker inspect failed reason=%s, others go on", reason_of(exc))
+            self._unread.add(container_id)
+            inspected = known
+        else:
+            self._unread.discard(container_id)
+        if inspected is not None:
+            self._containers = {**self._containers, container_id: inspected}
+        elif container_id in self._containers:
+            self._containers = {k: v for k, v in self._containers.items() if k != container_id}
+
+    def _retry_unread(self) -> None:
+        """Inspect again the containers whose inspect failed."""
+        if self._unread:
+            for container_id in sorted(self._unread):
+                self._read(container_id, self._containers.get(container_id))
+            self._publish()
+
     def _follow(self, since: int) -> int:
         """Apply events from ``since`` for one window; returns where the next one starts."""
+        self._retry_unread()
         until = int(time.time()) + self._events_seconds
         params = {"filters": _EVENT_FILTERS, "since": str(since), "until": str(until)}
         deadline = time.monotonic() + (until - time.time()) + self._read_seconds
@@ -147,10 +185,11 @@ class ContainerWatcher(ListWatcher[int]):
         if action in _STARTED:
             if ENGINE_LABEL not in field_obj(actor, "Attributes"):
                 return  # the event carries the labels: an unlabelled one needs no inspect
-            inspected = self._inspect(container_id)
-            if inspected is not None:
-                self._containers = {**self._containers, container_id: inspected}
-        elif action in _ENDED and container_id in self._containers:
+            self._read(container_id, self._containers.get(container_id))
+        elif action in _ENDED and (
+            container_id in self._containers or container_id in self._unread
+        ):
+            self._unread.discard(container_id)
             self._containers = {k: v for k, v in self._containers.items() if k != container_id}
         else:
             return
@@ -159,7 +198,7 @@ class ContainerWatcher(ListWatcher[int]):
     def _inspect(self, container_id: str) -> Mapping[str, object] | None:
         """``GET /containers/{id}/json``; None when it is gone already."""
         try:
-            doc = self._get(f"/containers/{container_id}/json", {})
+            doc = self._get(f"/containers/{container_id}/json", {}, self._inspect_seconds)
         except StatusError as exc:
             if exc.status == _NOT_FOUND:
                 return None  # removed between its event (or the list) and now
@@ -168,8 +207,8 @@ class ContainerWatcher(ListWatcher[int]):
             raise ApiError("bad_response")
         return doc
 
-    def _get(self, path: str, params: Mapping[str, str]) -> object:
-        deadline = time.monotonic() + self._read_seconds
+    def _get(self, path: str, params: Mapping[str, str], seconds: float | None = None) -> object:
+        deadline = time.monotonic() + (self._read_seconds if seconds is None else seconds)
         with contextlib.closing(self._streams.get(path, params, {}, deadline)) as body:
             return json.loads(b"".join(body))
 

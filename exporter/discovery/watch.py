@@ -26,6 +26,13 @@ log = logging.getLogger(__name__)
 MAX_REASON_CHARS: Final = 64
 #: A node runs at most a few hundred pods or containers of some kB each; more is no list.
 MAX_BODY_BYTES: Final = 64 << 20
+#: One event is one object; etcd stores objects of at most 1.5 MiB, Docker's events are small.
+MAX_LINE_BYTES: Final = 4 << 20
+#: Seconds (or one read timeout, when shorter) a list+stream must last before its failure
+#: counts as a new first one (the backoff starts over); one failing sooner keeps doubling it.
+STEADY_SECONDS: Final = 10.0
+#: The reason reported when a "list again now" failure repeats with nothing gained between.
+ROUTINE_AGAIN: Final = "relist_loop"
 
 
 class ApiError(Exception):
@@ -164,15 +171,31 @@ def reason_of(exc: Exception) -> str:
     return "os_error" if isinstance(exc, OSError) else "internal_error"
 
 
-def json_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """Newline-separated events of a stream; each is a whole JSON document."""
-    pending = b""
+def json_lines(chunks: Iterator[bytes], max_line: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """Newline-separated events of a stream; each is a whole JSON document.
+
+    Linear in the stream: each chunk is searched once, so a line that never ends costs its
+    length, not its length squared.
+
+    Raises:
+        ApiError: a line grew past ``max_line`` bytes (``line_too_long``).
+    """
+    pending = bytearray()
     for chunk in chunks:
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
-        yield from (line for line in complete if line.strip())
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            pending += chunk[start:end]
+            start = end + 1
+            if len(pending) > max_line:
+                raise ApiError("line_too_long")
+            line, pending = bytes(pending), bytearray()
+            if line.strip():
+                yield line
+        pending += chunk[start:]
+        if len(pending) > max_line:
+            raise ApiError("line_too_long")
     if pending.strip():
-        yield pending
+        yield bytes(pending)
 
 
 def json_object(data: bytes) -> Mapping[str, object]:
@@ -198,7 +221,10 @@ class ListWatcher(Generic[Cursor]):
     where changes start (a resourceVersion, a time); ``_follow`` applies one stream of them
     and returns where the next one starts. A failure the subclass calls ``_routine`` lists
     again at once; any other waits ``backoff`` seconds, doubled up to ``backoff_cap``, then
-    lists again, so what changed while disconnected is read from the list.
+    lists again, so what changed while disconnected is read from the list. Only a stream
+    that ends well, or a list+stream that lasted ``STEADY_SECONDS`` (or a read timeout),
+    starts the backoff over: a routine failure again before that backs off too, and reports
+    down.
     """
 
     kind: ClassVar[str]
@@ -257,22 +283,36 @@ class ListWatcher(Generic[Cursor]):
         return False
 
     def _run(self) -> None:
-        delay = self._backoff
+        # ``streak``: streams in a row that failed soon after a good list. A good list does
+        # not start the backoff over, or a stream failing at once after each list would
+        # relist every ``backoff`` seconds (at once when routine: a watch answering 410 Gone
+        # to every fresh resourceVersion); so such a loop is down but for its lists.
+        delay, streak = self._backoff, 0
+        steady = min(STEADY_SECONDS, self._read_seconds)  # outlived a read timeout: no loop
         while not self._stop.is_set():
+            listed: float | None = None
             try:
                 self.lists += 1
                 cursor = self._list()
-                delay = self._backoff
+                listed = time.monotonic()
                 while not self._stop.is_set():
                     cursor = self._follow(cursor)
+                    delay, streak = self._backoff, 0  # a whole stream went well
             except Exception as exc:  # the thread must outlive any reply; a bug is logged
                 if self._stop.is_set():
                     return
-                if self._routine(exc):
+                if listed is not None:
+                    if time.monotonic() - listed >= steady:
+                        delay, streak = self._backoff, 0
+                    streak += 1
+                routine = self._routine(exc)
+                if routine and streak == 1:
                     continue
-                if not isinstance(exc, httpx.HTTPError | ApiError | OSError | ValueError):
+                if not routine and not isinstance(
+                    exc, httpx.HTTPError | ApiError | OSError | ValueError
+                ):
                     log.exception("%s discovery failed unexpectedly", self.kind)
-                self._tracker.failed(reason_of(exc))
+                self._tracker.failed(ROUTINE_AGAIN if routine else reason_of(exc))
                 self._stop.wait(delay)
                 delay = min(self._backoff_cap, delay * 2)
 

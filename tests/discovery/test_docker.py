@@ -7,7 +7,10 @@ directory; everything the client does (httpx over the socket, the thread, backof
 
 from __future__ import annotations
 
+import itertools
 import time
+
+import pytest
 
 from exporter.config import DockerDiscovery
 from exporter.discovery.docker import ContainerWatcher
@@ -21,7 +24,7 @@ from tests.discovery.containers import (
     unlabelled,
 )
 from tests.discovery.fakedocker import FakeDocker, container_event
-from tests.httpservers import hang
+from tests.httpservers import arrivals, hang, reply
 from tests.sources.conftest import wait_for
 
 
@@ -136,8 +139,62 @@ def test_close_ends_an_idle_events_stream_at_once_and_a_hanging_inspect_is_cut(d
         docker.run(docker_run_sglang(), announce=False)
         docker.http.routes[f"/containers/{CID_SGLANG}/json"] = hang()  # never answers
         docker.events.put(container_event("start", docker_run_sglang()))
-        wait_for(lambda: watcher.health().error == "deadline_exceeded", timeout=5)
+        inspect = f"/containers/{CID_SGLANG}/json"
+        wait_for(lambda: inspect in docker.paths(), timeout=5)  # now hanging
     finally:
         began = time.monotonic()
         watcher.close()
     assert time.monotonic() - began < 0.9  # cut, not joined after a read timeout
+
+
+def test_one_hanging_inspect_leaves_the_others_found_and_is_read_once_it_answers(docker):
+    docker.run(compose_vllm(), announce=False)
+    docker.run(podman_vllm(), announce=False)
+    docker.run(docker_run_sglang(), announce=False)
+    inspect = f"/containers/{CID_SGLANG}/json"
+    answers = docker.http.routes[inspect]
+    docker.http.routes[inspect] = hang()  # one container whose inspect never answers
+    watcher = watcher_for(docker.socket, events_seconds=1, inspect_seconds=0.5)
+    try:
+        wait_for(lambda: len(watcher.snapshot()) == 2)
+        assert watcher.health().up
+        docker.http.routes[inspect] = answers
+        wait_for(lambda: len(watcher.snapshot()) == 3)  # tried again before a later window
+        assert "sglang" in names(watcher)
+    finally:
+        watcher.close()
+
+
+def test_an_events_stream_refused_after_each_good_list_backs_off_growing(docker):
+    docker.run(compose_vllm(), announce=False)
+    docker.http.routes["/events"] = reply(500, {"message": "events unavailable"})
+    lists = arrivals(docker.http, "/containers/json")
+    watcher = watcher_for(docker.socket, backoff=0.2, backoff_cap=10.0)
+    try:
+        wait_for(lambda: len(lists) >= 4, timeout=15)
+        gaps = [b - a for a, b in itertools.pairwise(lists)]
+        assert gaps[0] == pytest.approx(0.2, abs=0.15)
+        assert gaps[2] == pytest.approx(0.8, abs=0.2)  # not reset by the good list between
+        wait_for(lambda: watcher.health().error == "daemon_error")
+        assert names(watcher) == ["serving-llm-1"]
+    finally:
+        watcher.close()
+
+
+def test_an_event_line_past_the_line_cap_is_given_up_and_listed_again(docker):
+    docker.run(compose_vllm(), announce=False)
+
+    def endless_line(ex):
+        ex.send_head(200, {"Content-Type": "application/json"})
+        for _ in range(12):
+            if not ex.write(b"x" * (1 << 20)):
+                return
+        ex.stopping.wait()
+
+    docker.http.routes["/events"] = endless_line
+    watcher = watcher_for(docker.socket, read_seconds=30.0)
+    try:
+        wait_for(lambda: watcher.health().error == "line_too_long")
+        assert names(watcher) == ["serving-llm-1"]
+    finally:
+        watcher.close()

@@ -34,7 +34,7 @@ from tests.discovery.pods import (
     two_container_pod,
     vllm_deployment_pod,
 )
-from tests.httpservers import make_tls_files
+from tests.httpservers import arrivals, make_tls_files
 from tests.sources.conftest import wait_for
 
 pytestmark = pytest.mark.integration
@@ -347,3 +347,59 @@ def test_a_client_key_that_does_not_match_is_refused_in_one_line(tmp_path):
     assert (
         str(info.value) == "c.toml: discovery.kubernetes.kubeconfig: TLS files unusable: SSLError"
     )
+
+
+def arrivals_of(api: FakeApiServer) -> list[float]:
+    """When each list (not watch) request arrived, from now on."""
+    return arrivals(api.http, "/api/v1/pods", lambda ex: "watch=1" not in ex.path)
+
+
+def test_a_watch_answering_410_to_every_list_backs_off_and_reports_down(api, watcher_of):
+    """Each list is fresh, yet every watch from it is Gone: one relist at once, then backoff."""
+    api.add(vllm_deployment_pod())
+    api.watches = [http_status(410)] * 1000
+    arrivals = arrivals_of(api)
+    watcher = watcher_of(Credentials(server=api.url, token="t0ken"), backoff=0.2, backoff_cap=10.0)
+
+    wait_for(lambda: watcher.health().error == "relist_loop")
+    wait_for(lambda: len(arrivals) >= 5, timeout=15)
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert gaps[0] < 0.15  # the first 410 lists again at once, as a routine expiry does
+    assert gaps[1] == pytest.approx(0.2, abs=0.15)
+    assert gaps[3] == pytest.approx(0.8, abs=0.2)  # doubled though every list succeeded
+    assert names(watcher) == ["inference/llama-70b-7d9c5b6f4d-x2k8q"]
+
+
+def test_a_watch_failing_at_once_after_each_good_list_backs_off_growing(api, watcher_of):
+    api.add(vllm_deployment_pod())
+    api.watches = [http_status(500)] * 1000
+    arrivals = arrivals_of(api)
+    watcher = watcher_of(Credentials(server=api.url, token="t0ken"), backoff=0.2, backoff_cap=10.0)
+
+    wait_for(lambda: len(arrivals) >= 4, timeout=15)
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert gaps[0] == pytest.approx(0.2, abs=0.15)
+    assert gaps[2] == pytest.approx(0.8, abs=0.2)  # not reset by the good list between
+    wait_for(lambda: watcher.health().error == "http_500")
+
+
+def endless_line(ex) -> None:
+    """A watch whose one event never ends: megabytes without a newline, then silence."""
+    ex.protocol_version = "HTTP/1.1"
+    ex.close_connection = True
+    ex.send_head(200, {"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    piece = b"x" * (1 << 20)
+    for _ in range(12):
+        if not ex.write(b"%x\r\n%s\r\n" % (len(piece), piece)):
+            return
+    ex.stopping.wait()
+
+
+def test_a_watch_line_past_the_line_cap_is_given_up_and_listed_again(api, watcher_of):
+    api.add(vllm_deployment_pod())
+    api.watches = [endless_line]
+    watcher = watcher_of(Credentials(server=api.url, token="t0ken"), backoff=0.1, read_seconds=30)
+
+    wait_for(lambda: watcher.health().error == "line_too_long")
+    wait_for(lambda: watcher.lists >= 2)
+    assert names(watcher) == ["inference/llama-70b-7d9c5b6f4d-x2k8q"]
