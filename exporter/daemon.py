@@ -59,7 +59,7 @@ from exporter.history import History
 from exporter.sdnotify import Notifier
 from exporter.sources import Source, SourceCall, SourceHealth, SourceResult, SourceRunner
 from exporter.sources.disk import DiskSource
-from exporter.sources.gpu_vendors import merge_readings, vendor_sources
+from exporter.sources.gpu.vendors import merge_readings, vendor_sources
 from exporter.sources.logs import FileLogSource, LogSource, make_log_source
 from exporter.sources.pressure import MemoryPressureSource
 from exporter.sources.probe import Prober

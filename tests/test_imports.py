@@ -102,7 +102,7 @@ def test_pure_modules_import_only_what_they_may(module, allowed):
 @pytest.mark.parametrize(
     ("library", "owners"),
     [
-        ("pynvml", {"exporter.sources.gpu", "exporter.sources.nvml_worker"}),
+        ("pynvml", {"exporter.sources.gpu.source", "exporter.sources.gpu.nvidia.worker"}),
         ("systemd", {"exporter.sources.logs"}),
         # config only parses base URLs with httpx.URL (no I/O), exactly as the probes will
         (

@@ -21,9 +21,9 @@ from pathlib import Path
 from exporter.base.errors import SourceError
 from exporter.base.model import GpuReading, GpuSample
 from exporter.core.observe import attribute_gpu_memory
-from exporter.sources.gpu import GpuSource
-from exporter.sources.gpu_amd import AmdGpuSource, amdsmi_library_present
-from exporter.sources.nvml_protocol import HEALTH_READINGS
+from exporter.sources.gpu.amd.source import AmdGpuSource, amdsmi_library_present
+from exporter.sources.gpu.protocol import HEALTH_READINGS
+from exporter.sources.gpu.source import GpuSource
 from exporter_tooling import fakeamdsmi, fakenvml
 from exporter_tooling.fakenvml import health_lines, write_state, xid_line
 

@@ -24,7 +24,7 @@ from exporter.core.observe import attribute_gpu_memory
 from exporter.daemon import Daemon
 from exporter.history import History
 from exporter.render.status import render_status
-from exporter.sources.gpu import GpuSource
+from exporter.sources.gpu.source import GpuSource
 from exporter_tooling.fakenvml import (
     STATE_ENV,
     build_simulated_nvml,
@@ -236,7 +236,7 @@ def test_missing_library_reports_library_not_found_without_a_crash_loop(
 
 @pytest.mark.integration
 def test_version_mismatch_at_init_recovers_without_a_restart(make_source, state, caplog):
-    caplog.set_level(logging.INFO, logger="exporter.sources.gpu")
+    caplog.set_level(logging.INFO, logger="exporter.sources.gpu.source")
     write_state(state, ["init_error 18", gpu_line(0)])
     source = make_source()
 
@@ -261,7 +261,7 @@ def test_version_mismatch_at_init_recovers_without_a_restart(make_source, state,
 def test_process_listing_falls_back_when_a_versioned_symbol_is_missing(
     make_source, state, caplog, variant, api
 ):
-    caplog.set_level(logging.INFO, logger="exporter.sources.gpu")
+    caplog.set_level(logging.INFO, logger="exporter.sources.gpu.source")
     write_state(state, [gpu_line(0), gpu_line(1), "proc 0 4242 1000", "proc 1 4343 2000"])
     source = make_source(variant)
 
@@ -408,7 +408,7 @@ def test_binding_path_and_both_wheels_are_logged_once(
         "Metadata-Version: 2.1\nName: pynvml\nVersion: 11.5.0\n"
     )
     monkeypatch.setenv("PYTHONPATH", str(site))
-    caplog.set_level(logging.INFO, logger="exporter.sources.gpu")
+    caplog.set_level(logging.INFO, logger="exporter.sources.gpu.source")
     write_state(state, [gpu_line(0), "init_error 9"])
     source = make_source()
 
@@ -702,7 +702,7 @@ def test_without_the_event_api_everything_else_works_and_the_source_says_so(
 ):
     # An older driver: libnvidia-ml.so.1 has no nvmlEventSetCreate, so the binding raises
     # FUNCTION_NOT_FOUND; the Xid counter is absent and the rest is read as usual.
-    caplog.set_level(logging.WARNING, "exporter.sources.gpu")
+    caplog.set_level(logging.WARNING, "exporter.sources.gpu.source")
     source = make_source("no_events")
     write_state(state, [gpu_line(0, used=3 * GIB), "proc 0 4242 3221225472", xid_line(0, 79)])
 

@@ -21,9 +21,9 @@ from exporter.base.errors import ConfigErrors, SourceError
 from exporter.base.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.config import Settings, load_settings
 from exporter.core.observe import attribute_gpu_memory
-from exporter.sources.gpu import GpuSource
-from exporter.sources.gpu_amd import AmdGpuSource, amdsmi_library_present
-from exporter.sources.gpu_vendors import OptionalVendor, merge_readings, vendor_sources
+from exporter.sources.gpu.amd.source import AmdGpuSource, amdsmi_library_present
+from exporter.sources.gpu.source import GpuSource
+from exporter.sources.gpu.vendors import OptionalVendor, merge_readings, vendor_sources
 from exporter_tooling.fakeamdsmi import STATE_ENV, build_simulated_amdsmi, ecc_line
 from exporter_tooling.fakenvml import gpu_line, proc_line, write_state
 from tests.gpu import check_real_gpu

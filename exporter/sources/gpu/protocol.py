@@ -1,9 +1,10 @@
 """The messages across the NVML child's pipe, typed once for both ends.
 
-One JSON object per line. The child (``nvml_worker``) says ``Hello`` once, then answers each
-``REQUEST`` with a ``Reply``. The parent (``gpu``) reads them as these types and converts
-every field it uses, so a child that writes something else is a protocol error there, never
-a wrong number. Only the standard library here: the child imports this before ``pynvml``.
+One JSON object per line. The child (``nvidia.worker``, or ``amd.worker``) says ``Hello``
+once, then answers each ``REQUEST`` with a ``Reply``. The parent (``source.GpuSource``) reads
+them as these types and converts every field it uses, so a child that writes something else
+is a protocol error there, never a wrong number. Only the standard library here: the child
+imports this before ``pynvml``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class GpuRecord(TypedDict, total=False):
     #: MIG mode now and after a reset (0/1); absent where the GPU cannot do MIG.
     mig_mode: int
     mig_pending: int
-    # GPU health (nvml_worker's ``_Health``): each absent when the GPU or driver lacks it.
+    # GPU health (``nvidia.worker``'s ``_Health``): each absent when the GPU or driver lacks it.
     xids: list[int]  # Xid codes of the critical-error events drained in this sample
     ecc_uncorrected: int  # volatile uncorrected ECC errors since the driver loaded
     retired_pending: bool

@@ -1,4 +1,4 @@
-"""AMD GPUs: amd-smi sampled in a supervised child (``amdsmi_worker``), supervised like NVML's.
+"""AMD GPUs: amd-smi sampled in a supervised child (``amd.worker``), supervised like NVML's.
 
 ``AmdGpuSource`` is ``GpuSource`` with the AMD child: the same deadline, backoff, process
 checks and PID-namespace visibility, so per-process VRAM joins targets exactly like NVML's.
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Final
 
 from exporter.base.model import GpuReading
-from exporter.sources.amdsmi_protocol import LIBRARY_NOT_LOADED
-from exporter.sources.gpu import GpuSource, NvmlReason, _child_env
-from exporter.sources.nvml_protocol import Reply
+from exporter.sources.gpu.amd.protocol import LIBRARY_NOT_LOADED
+from exporter.sources.gpu.protocol import Reply
+from exporter.sources.gpu.source import GpuSource, NvmlReason, _child_env
 
 LIBRARY_NAME: Final = "libamd_smi.so"
 
@@ -62,7 +62,7 @@ class AmdGpuSource(GpuSource):
     """
 
     name = "amdsmi"
-    worker_module = "exporter.sources.amdsmi_worker"
+    worker_module = "exporter.sources.gpu.amd.worker"
     code_reasons = _CODE_REASONS
     hints = _HINTS
 

@@ -25,8 +25,8 @@ from exporter.base.errors import SourceError
 from exporter.base.model import GpuReading
 from exporter.config import Settings
 from exporter.sources import Scope
-from exporter.sources.gpu import GpuSource, NvmlReason
-from exporter.sources.gpu_amd import AmdGpuSource, amdsmi_library_present
+from exporter.sources.gpu.amd.source import AmdGpuSource, amdsmi_library_present
+from exporter.sources.gpu.source import GpuSource, NvmlReason
 
 log = logging.getLogger(__name__)
 

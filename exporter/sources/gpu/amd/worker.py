@@ -1,4 +1,4 @@
-"""The supervised child that owns amd-smi for ``exporter.sources.gpu_amd``: one line per request.
+"""The supervised child that owns amd-smi for ``amd.source``: one JSON line per request.
 
 The only module that imports ``amdsmi`` (the binding loads ``libamd_smi.so`` when imported, and
 a crashing or hung call takes down only this process). It speaks the NVML child's protocol, so
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Final, TypeVar
 
-from exporter.sources.amdsmi_protocol import LIBRARY_NOT_LOADED
-from exporter.sources.nvml_protocol import GpuRecord, Hello, ProcessRecord, Reply
-from exporter.sources.nvml_worker import _protocol_stream, serve
+from exporter.sources.gpu.amd.protocol import LIBRARY_NOT_LOADED
+from exporter.sources.gpu.nvidia.worker import _protocol_stream, serve
+from exporter.sources.gpu.protocol import GpuRecord, Hello, ProcessRecord, Reply
 
 #: Status codes (amdsmi_status_t) after which the processor itself is unusable.
 _NO_PERMISSION: Final = 10

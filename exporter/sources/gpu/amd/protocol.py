@@ -1,7 +1,7 @@
 """What the AMD child says beyond the NVML child's protocol, which it speaks otherwise unchanged.
 
-Both children write ``nvml_protocol``'s ``Hello`` and ``Reply`` lines, so one parent loop
-(``gpu.GpuSource``) supervises either; an AMD GPU's RAS total travels as ``ecc_uncorrected``.
+Both children write ``gpu.protocol``'s ``Hello`` and ``Reply`` lines, so one parent loop
+(``gpu.source.GpuSource``) supervises either; an AMD GPU's RAS total travels as ``ecc_uncorrected``.
 Only the standard library here: the child imports this before ``amdsmi``.
 """
 

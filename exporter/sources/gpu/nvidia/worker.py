@@ -1,6 +1,6 @@
-"""The supervised child that owns NVML for ``exporter.sources.gpu``: one JSON line per request.
+"""The supervised child that owns NVML for ``gpu.source.GpuSource``: one JSON line per request.
 
-The only module that imports ``pynvml`` (sources/gpu.py never does): a crashing or hung call
+The only module that imports ``pynvml`` (``gpu.source`` never does): a crashing or hung call
 takes down only this process. No policy: the parent classifies, checks, logs and restarts.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import BinaryIO, Final, Protocol, TypeVar
 
-from exporter.sources.nvml_protocol import (
+from exporter.sources.gpu.protocol import (
     REQUEST,
     GpuRecord,
     Hello,

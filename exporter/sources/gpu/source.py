@@ -1,4 +1,4 @@
-"""GPU source: NVML sampled in a supervised child (``nvml_worker``) with deadline and backoff.
+"""GPU source: NVML sampled in a supervised child (``nvidia.worker``) with deadline and backoff.
 
 Never calls NVML in-process: a segfault or a call stuck in the driver must not take the daemon
 down. Each process record says whether its pid is visible in our PID namespace, so the join of
@@ -23,7 +23,7 @@ from exporter.base.errors import SourceError
 from exporter.base.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.core.gpuhealth import xid_label
 from exporter.sources import Scope
-from exporter.sources.nvml_protocol import (
+from exporter.sources.gpu.protocol import (
     REQUEST,
     GpuRecord,
     Hello,
@@ -302,8 +302,8 @@ class GpuSource:
     name: str = "nvml"
     scope: Final = Scope.HOST
     #: The child's module, and how its init codes and failures read: a vendor's subclass
-    #: (``gpu_amd.AmdGpuSource``) sets its own.
-    worker_module: str = "exporter.sources.nvml_worker"
+    #: (``amd.source.AmdGpuSource``) sets its own.
+    worker_module: str = "exporter.sources.gpu.nvidia.worker"
     code_reasons: Mapping[int, NvmlReason] = _CODE_REASONS
     hints: Mapping[NvmlReason, str] = _HINTS
 

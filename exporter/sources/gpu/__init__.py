@@ -1,0 +1,1 @@
+"""GPU sources: the vendors' supervised children, their pipe protocol, and the merge of vendors."""
