@@ -110,7 +110,7 @@ def test_pure_modules_import_only_what_they_may(module, allowed):
             {
                 "exporter.sources.probe",
                 "exporter.commands.client",
-                "exporter.config",
+                "exporter.config.fields",
                 "exporter.discovery.kubernetes",
                 "exporter.discovery.docker",
                 "exporter.discovery.watch",  # the streams both discovery clients read
