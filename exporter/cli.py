@@ -259,7 +259,7 @@ def config_problems(
         The settings (None when the TOML itself failed) and the problems found.
     """
     from exporter.config import check_environment, load_settings
-    from exporter.sources.probe import load_api_key
+    from exporter.config.keys import load_api_key
     from exporter.web.config import validate_web_config
 
     problems: list[str] = []

@@ -74,6 +74,13 @@ STDLIB = set(sys.stdlib_module_names)
             },
         ),
         ("exporter.base", set()),
+        # The probes' HTTP client is a leaf: URLs, sockets and deadlines, nothing of engines.
+        ("exporter.sources.probe.wire", {"httptools"}),
+        (
+            "exporter.sources.probe.client",
+            {"exporter.base", "exporter.sources.probe.wire", "httpx"},
+        ),
+        ("exporter.sources.probe.answers", {"exporter.base", "exporter.sources.probe.client"}),
         ("exporter.core.gpuhealth", {"exporter.base"}),
         (
             "exporter.core.snapshot",
@@ -108,7 +115,7 @@ def test_pure_modules_import_only_what_they_may(module, allowed):
         (
             "httpx",
             {
-                "exporter.sources.probe",
+                "exporter.sources.probe.client",
                 "exporter.commands.client",
                 "exporter.config.fields",
                 "exporter.discovery.kubernetes",

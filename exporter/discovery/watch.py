@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, ClassVar, Final, Generic, Protocol, TypeVar
 
 import httpx
 
-from exporter.sources.probe import Watchdog
+from exporter.base.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from exporter.discovery.pods import DiscoveredTarget

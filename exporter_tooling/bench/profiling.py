@@ -36,8 +36,7 @@ PACKAGE: Final = str(Path(exporter.__file__).resolve().parent) + "/"
 #: (paths relative to ``PACKAGE``; the first fragment that starts the path names it).
 #: Library frames (h11, psutil, the standard library) count for the code of ours that called them.
 COMPONENTS: Final = (
-    ("sources/probe.py", "probes (HTTP)"),
-    ("sources/engine_reports.py", "probes (HTTP)"),
+    ("sources/probe/", "probes (HTTP)"),
     ("sources/process/", "process trees"),
     ("sources/logs.py", "logs"),
     ("sources/gpu/", "GPUs (both processes)"),

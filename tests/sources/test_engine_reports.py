@@ -9,8 +9,8 @@ import pytest
 from exporter.base.model import EngineReport, ModelState, ProbeOutcome
 from exporter.config import Target
 from exporter.engines import ReportKind
-from exporter.sources.engine_reports import read_report
 from exporter.sources.probe import Prober
+from exporter.sources.probe.reports import read_report
 from tests.httpservers import LoopbackServer, reply
 
 TRTLLM = {

@@ -17,7 +17,9 @@ import pytest
 from exporter.base.errors import ConfigError
 from exporter.base.model import ProbeKind, ProbeOutcome, ProbeResult
 from exporter.config import CompletionProbe, Target
-from exporter.sources.probe import Prober, has_choices, load_api_key, says_loading
+from exporter.config.keys import load_api_key
+from exporter.sources.probe import Prober
+from exporter.sources.probe.answers import has_choices, says_loading
 from tests.httpservers import (
     Exchange,
     LoopbackServer,

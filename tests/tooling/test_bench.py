@@ -119,7 +119,7 @@ def test_percentiles_are_nearest_rank():
 
 
 def test_cpu_shares_go_to_our_code_that_called_the_library():
-    probe, tree = f"{PACKAGE}sources/probe.py", f"{PACKAGE}sources/process/tree.py"
+    probe, tree = f"{PACKAGE}sources/probe/prober.py", f"{PACKAGE}sources/process/tree.py"
     frames = [
         {"name": "run", "file": f"{PACKAGE}daemon.py"},
         {"name": "probe_health", "file": probe},
