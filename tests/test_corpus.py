@@ -24,6 +24,8 @@ FILES = sorted(EXPECTED)
 FAILED = [f for f in FILES if EXPECTED[f][0] == "failed"]
 #: Share of failed starts the shared vocabulary alone must get right.
 GENERIC_FLOOR = 0.85
+#: Files the shared vocabulary alone may get wrong beyond what auto gets wrong (issue 33).
+GENERIC_SLACK = 3
 #: Benign twins of fatal wordings, by file: (substring of the line, why it is benign).
 TWINS = {
     "vllm-18-ready.log": "Desired GPU memory utilization",  # INFO twin of vllm-22/23's oom
@@ -50,16 +52,20 @@ def test_auto_json_gets_the_readme_outcome_and_reason(name, capsys):
 
 
 def test_the_shared_vocabulary_alone_carries_the_failures():
-    right = 0
+    right, wrong = 0, []
     for name in FILES:
         result = replay(read_lines(LOGS / name), "generic")
         verdict = (result.outcome, str(result.reason) if result.reason else None)
         if EXPECTED[name][0] == "ready":
             assert result.outcome != "failed", name
         right += name in FAILED and verdict == EXPECTED[name]
+        if verdict != EXPECTED[name]:
+            wrong.append(name)
     share = right / len(FAILED)
     print(f"--engine generic: {right}/{len(FAILED)} failed starts right ({share:.0%})")
     assert share >= GENERIC_FLOOR
+    # auto gets every file right (the test above), so this is "within 3 files of auto"
+    assert len(wrong) <= GENERIC_SLACK, wrong
 
 
 @pytest.mark.parametrize("name", FILES)

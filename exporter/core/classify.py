@@ -133,6 +133,9 @@ _TRACEBACK_BODY = re.compile(r"^\s+\S|\bFile \"[^\"]+\", line \d+")
 # process (tgi-14-crash), unlike a handled request error logged with its traceback
 # (vllm-19-ready, lmdeploy-01-ready).
 _TOP_FRAME = re.compile(r"\bFile \"[^\"]+\", line \d+, in <module>")
+# A frame in the interpreter's own format: with no header open, an excerpt cut inside a
+# traceback (vllm-36-crash) whose exception line is all the cause it shows.
+_FRAME = re.compile(r"^\W{0,4}File \"[^\"]+\", line \d+, in \S")
 _EXCEPTION = re.compile(
     r"(?:^|[\]\)]\s)\s*(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Exited))(?::\s|\s*$)"
 )
@@ -170,9 +173,12 @@ _WARNING: Final = 30
 _ERROR: Final = 40
 #: Markers an engine prints once per launch: what came before belongs to an earlier run.
 _LAUNCH_MARKERS: Final = frozenset({"server_args", "engine_init"})
+#: Precedence of reasons named on one line or in one traceback: the most specific first; a
+#: kill from outside (SIGKILL) says more than the supervisor's "crashed" or "exited" around it.
 _REASON_ORDER: Final[dict[FailureReason | None, int]] = {
     FailureReason.OOM: 0,
     FailureReason.NCCL: 1,
+    FailureReason.KILLED: 2,
 }
 #: Characters of the decisive line kept in a reason detail.
 DETAIL_CHARS: Final = 200
@@ -332,12 +338,15 @@ class _Traceback:
     ``hint``: a reason its frames named (the cause chain, not only the last line).
     ``opener``: the wrapper line; it becomes the fatal line when no exception line follows
     (an excerpt cut inside the traceback, sglang-17-crash; a traceback abandoned).
+    ``headless``: opened by a bare frame (an excerpt that starts inside the traceback); it
+    ends at the first line that is neither frame, source nor exception.
     """
 
     fatal: bool
     budget: int = _TRACEBACK_BUDGET
     hint: FailureReason | None = None
     opener: LogEvent | None = None
+    headless: bool = False
 
 
 def _sorted_fatal(patterns: Iterable[LogPattern]) -> _PatternSet:
@@ -529,7 +538,9 @@ class LogClassifier:
             return LogEvent(LogClass.ERROR, text, at, line_no=line_no)
         tb = self._traceback
         if tb is None:
-            return None
+            if not _FRAME.search(text):
+                return None
+            tb = self._traceback = _Traceback(fatal=True, headless=True)
         tb.budget -= 1
         if tb.budget <= 0:
             self._traceback = None
@@ -543,6 +554,8 @@ class LogClassifier:
                 reason = tb.hint or FailureReason.CRASH
                 return LogEvent(LogClass.FATAL, text, at, fatal_reason=reason, line_no=line_no)
             return LogEvent(LogClass.ERROR, text, at, line_no=line_no)
+        if tb.headless:
+            self._traceback = None
         return None
 
     @staticmethod

@@ -63,6 +63,15 @@ MEMORY: Final[tuple[LogPattern, ...]] = (
         r"|\bKV[ -]?cache\b.{0,60}?\b(?:does not fit|cannot fit|too small|not enough)",
         _OOM,
     ),
+    # vllm-04-oom ("18.35 GiB KV cache is needed, which is larger than the available KV cache
+    # memory (8.72 GiB)"): what a check needs set against what is left, either way round
+    fatal(
+        r"\b(?:needed|required|requested|needs|requires)\b[^.;]{0,40}?"
+        r"\b(?:larger|more|greater|bigger) than (?:the )?(?:available|free|remaining)\b"
+        r".{0,40}?(?:memory|cache|VRAM|RAM\b|\d ?[KMGT]i?B\b)"
+        r"|\bexceeds? (?:the )?(?:available|free|remaining) (?:\w+ ){0,2}(?:memory|VRAM)",
+        _OOM,
+    ),
 )
 
 #: Collective-communication failures: NCCL, RCCL, HCCL, Gloo, MPI, and their timeouts.
@@ -77,6 +86,16 @@ COLLECTIVE: Final[tuple[LogPattern, ...]] = (
     fatal(r"\b[nrh]ccl\w*(?:Error|\s+fail(?:ed|ure)?\b)|\b[nrh]ccl\w* is null\b", _NCCL),
     # tgi-04-nccl, tgi-12-nccl ("Watchdog caught collective operation timeout")
     fatal(r"\bcollective operation\b.{0,40}?\btime|ProcessGroup\w*.*?Watchdog caught", _NCCL),
+    # sglang-19-nccl ("[Gloo] Rank 8 is NOT connected to: [1]"): a rank missing from the
+    # rendezvous; the launcher's start timeout that follows is its consequence, not the cause.
+    # torch.distributed's store and rendezvous errors ("DistStoreError: Timed out after 900
+    # seconds waiting for clients. 1/2 clients joined", "RendezvousTimeoutError") are the same
+    fatal(
+        r"\b(?:NCCL|RCCL|HCCL|Gloo|MPI)\b.{0,80}?\b(?:rank|peer)s?\b.{0,40}?\bnot connected\b"
+        r"|\bDist(?:Store|Network)Error\b|\bRendezvous\w*(?:Error|Timeout)\b"
+        r"|\brendezvous\b.{0,60}?\b(?:timed? ?out|failed)\b|\b\d+/\d+ clients joined\b",
+        _NCCL,
+    ),
 )
 
 #: Native aborts and signals: CUDA/ROCm/HIP/HSA errors, ggml aborts, segfaults, C++ throws.
@@ -100,14 +119,31 @@ NATIVE: Final[tuple[LogPattern, ...]] = (
     fatal(r"\bthread '[^']*' panicked at\b", _CRASH),
 )
 
+#: A child killed from outside (SIGKILL: the kernel's OOM killer, a cgroup limit, kill -9), as
+#: the supervisor reports it. Checked before the launcher family, whose exit codes it refines.
+KILLS: Final[tuple[LogPattern, ...]] = (
+    # ollama-03-oom ("llama runner process has terminated: signal: killed"): Go's os/exec
+    # wording; Python's ("died with <Signals.SIGKILL: 9>", "exitcode: -9"), systemd's
+    # ("code=killed, status=9/KILL"), bash's ("line 3: 4242 Killed") and 128+9 exit codes
+    fatal(
+        r"\bsignal: killed\b|\bSIGKILL\b|\bstatus=9/KILL\b|\b(?:by |received )?signal 9\b"
+        r"|\bexit ?(?:code|status)[ :=]*(?:-9|137)\b|: line \d+: +\d+ Killed\b",
+        FailureReason.KILLED,
+    ),
+)
+
 #: Launcher and supervisor messages: a shard, worker or server that failed, exit codes.
 LAUNCHER: Final[tuple[LogPattern, ...]] = (
     # tgi-02-oom ("Shard 0 failed to start"), triton-03-crash ("failed to load all models"),
     # llamacpp-09-crash ("exiting due to model loading error"), tgi-14-crash ("Error when
-    # initializing model"), vllm-27-crash ("EngineCore failed to start")
+    # initializing model"), vllm-27-crash ("EngineCore failed to start"); Ray Serve's
+    # deployment_state.py ("The deployment failed to start 3 times in a row"). The noun is a
+    # word of its own: vllm-37-ready's logger "model_hosting_container_standards - ... Failed
+    # to load function" is a SageMaker hook it does without
     fatal(
-        r"\b(?:shard|worker|engine|core|server|runner|scheduler|executor|backend|model|process)"
-        r"\w*\b.{0,40}?\b(?:failed to (?:start|initiali[sz]e|launch|load)|initiali[sz]ation"
+        r"\b(?:shard|worker|engine|core|server|runner|scheduler|executor|backend|model|process"
+        r"|replica|deployment|actor|application)"
+        r"[A-Za-z]*\b.{0,40}?\b(?:failed to (?:start|initiali[sz]e|launch|load)|initiali[sz]ation"
         r" failed|(?:could|can) ?not (?:start|be loaded)|crashed\b|died unexpectedly)",
         _CRASH,
     ),
@@ -119,6 +155,22 @@ LAUNCHER: Final[tuple[LogPattern, ...]] = (
     # tgi-02-oom, tgi-13-crash ("Error: ShardCannotStart"), tgi-07-oom ("Error: WebserverFailed"):
     # a launcher's main returning its error variant
     fatal(r"^Error: [A-Z]\w*(?:CannotStart|Failed|Crashed|Died)\b", _CRASH),
+    # issue 33: Rust's anyhow/eyre (mistral.rs, TEI: "Error: Could not create backend", then
+    # a "Caused by:" chain) and Go's cobra print a failed main's error bare at the start of a
+    # line; a server task ending in error ("server shutdown with error", "exited with error")
+    fatal(
+        r"^Error: \S|^Caused by:\s*$"
+        r"|\bshut ?down with (?:an )?error\b|\bexited with (?:an )?error\b",
+        _CRASH,
+    ),
+    # triton-02-crash: Triton's model status table (core server.cc) with a model whose state
+    # carries an error status ("| name | 1 | UNAVAILABLE: Internal: ..."); Triton's Status
+    # codes name what broke, so an "UNAVAILABLE: unloaded" row after a clean stop stays quiet
+    fatal(
+        r"\|\s*(?:UNAVAILABLE|FAILED|ERROR): (?:Internal|Invalid argument|Not found|Unknown"
+        r"|Unsupported|Unavailable|Already exists|Cancelled)\b",
+        _CRASH,
+    ),
     # llamacpp-09-crash ("llama_server exited with code 1", "exited before becoming ready")
     fatal(r"\bexit(?:ed)? (?:with )?(?:exit )?(?:code|status)[ :=]*[1-9]|exited before", _CRASH),
     # vllm-28-crash ("vllm: command not found"): the server never ran
@@ -126,7 +178,7 @@ LAUNCHER: Final[tuple[LogPattern, ...]] = (
 )
 
 #: Every shared fatal family, in precedence order (the classifier sorts oom, nccl, crash).
-FATAL: Final[tuple[LogPattern, ...]] = (*MEMORY, *COLLECTIVE, *NATIVE, *LAUNCHER)
+FATAL: Final[tuple[LogPattern, ...]] = (*MEMORY, *COLLECTIVE, *KILLS, *NATIVE, *LAUNCHER)
 
 #: Words at least one of which every ``FATAL`` pattern needs: a line without any skips the
 #: families (two thirds of all lines; the families' own alternation costs ten times more).
@@ -134,7 +186,8 @@ FATAL: Final[tuple[LogPattern, ...]] = (*MEMORY, *COLLECTIVE, *NATIVE, *LAUNCHER
 FATAL_HINT: Final = re.compile(
     r"memor|alloc|oom|cache|ccl|gloo|mpi|collective|watchdog|error|fail|fault|sig|core dump"
     r"|terminat|assert|abort|panic|illegal|double free|smash|crash|died|exit|not start"
-    r"|not be loaded|not found|no such",
+    r"|not be loaded|not found|no such|available|needed|required|connected|rendezvous|clients"
+    r"|kill|^Error: |^Caused by|unavailable",
     re.IGNORECASE,
 )
 
@@ -184,6 +237,14 @@ WRAPPERS: Final[tuple[LogPattern, ...]] = (
     wrapper(r"\b(?:hit|encountered|raised|caught) an? (?:unhandled |fatal )?(?:exception|error)\b"),
     # vllm-08-nccl ("Exception in worker VllmWorkerProcess while processing method")
     wrapper(r"\bException in (?:worker|thread|process|background)\b"),
+    # Ray Serve's controller (deployment_state.py: "Exception in Replica(...), the replica will
+    # be stopped.", logged with its traceback): a serving framework failing the replica that
+    # runs the engine; the traceback's last line names why
+    wrapper(
+        r"\bException in (?:replica|actor|deployment|task)\b"
+        r"|\b(?:replica|deployment|actor|worker)\b.{0,120}?"
+        r"\bwill be (?:stopped|killed|terminated)\b"
+    ),
     # vllm-22-oom ("EngineCore failed to start."): a component's failure announced bare, its
     # cause in the traceback that follows (an oom there beats this line's crash)
     wrapper(r"^.{0,120}\b\w+ failed to (?:start|initiali[sz]e)\.?\s*(?:Traceback.*)?$"),
@@ -208,6 +269,21 @@ MARKERS: Final[tuple[LogPattern, ...]] = (
     marker(
         r"\b(?:server is )?listening on (?:https?://|\[?[\w.:-]+\]?:\d+)|\bserver is ready\b"
         r"|\bready to (?:roll|serve|accept)|\brunner started\b|\bstartup complete\b",
+        "ready",
+        Phase.READY,
+    ),
+    # issue 33: the same, worded by servers with no profile: waitress and older mistral.rs
+    # ("Serving on http://0.0.0.0:1234"), KoboldCpp's koboldcpp.py ("Please connect to
+    # custom endpoint at http://localhost:5001"), LocalAI's Fiber OnListen hook ("LocalAI API
+    # is listening!"), Xinference's supervisor ("Xinference successfully started. Endpoint:
+    # http://..."), "... is ready at http://", and gRPC/HTTP front ends started after the
+    # models (Triton's core server "Started GRPCInferenceService at 0.0.0.0:8001")
+    marker(
+        r"\bServing (?:on|at) (?:https?://|\[?[\w.:-]+\]?:\d+)"
+        r"|\b(?:please|you can(?: now)?) connect to\b.{0,60}?\bat https?://"
+        r"|\bAPI is (?:listening|running|ready)\b|\bsuccessfully started\b.{0,40}?https?://"
+        r"|\bis (?:ready|up|running|available) (?:at|on) https?://"
+        r"|\bStarted \w*(?:HTTP|GRPC|REST|API)\w* ?(?:Service|Server)? at\b",
         "ready",
         Phase.READY,
     ),

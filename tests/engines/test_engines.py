@@ -10,12 +10,16 @@ import pytest
 
 from exporter.base.model import FailureReason, LogClass, Phase
 from exporter.core.classify import LogClassifier
-from exporter.engines import ENGINES
+from exporter.engines import ENGINES, vocabulary
 
 ENGINE_DIR = Path(__file__).resolve().parents[2] / "exporter" / "engines"
 _CALL = re.compile(r"^\s*(marker|progress|fatal|benign|wrapper)\(")
 _SECTION = re.compile(r"^\s*(markers|fatal|benign|wrappers|detect)=")
-_CITATION = re.compile(r"[a-z]+-\d\d\b|ENGINES\.md|issue \d+|DESIGN\.md|README\.md")
+#: A fixture, a shared document, an issue, or the engine's own source file or doc page.
+_CITATION = re.compile(
+    r"[a-z]+-\d\d\b|ENGINES\.md|issue \d+|DESIGN\.md|README\.md"
+    r"|\b[\w/.-]+\.(?:py|rs|go|cc|cpp|h|md|rst)\b|\bdocs?\b"
+)
 
 
 def one(engine: str, line: str):
@@ -194,3 +198,27 @@ def test_engine_specific_failures_are_fatal(engine, line, reason):
 def test_heartbeats_and_stop_noise_are_benign(engine, line):
     # Printed whether or not the engine progresses, or on a normal stop: never evidence.
     assert one(engine, line).cls is LogClass.BENIGN
+
+
+def test_every_pattern_compiles_as_re2():
+    # The classifier screens lines with an RE2 set: no backreferences, no lookaround.
+    re2 = pytest.importorskip("re2")
+    profiles = [e.log for e in ENGINES.values()]
+    patterns = [
+        p.regex.pattern
+        for prof in profiles
+        for p in (*prof.markers, *prof.fatal, *prof.benign, *prof.wrappers)
+    ]
+    patterns += [d.pattern for prof in profiles for d in prof.detect]
+    patterns += [
+        p.regex.pattern
+        for p in (
+            *vocabulary.FATAL,
+            *vocabulary.MARKERS,
+            *vocabulary.WRAPPERS,
+            *vocabulary.BENIGN,
+            *vocabulary.STOPS,
+        )
+    ]
+    for pattern in patterns:
+        re2.compile(pattern)
