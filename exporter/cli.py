@@ -272,7 +272,9 @@ def config_problems(
     except ConfigErrors as exc:
         problems.extend(str(e) for e in exc.errors)
         settings = None
-    problems.extend(str(e) for e in (check_environment(settings) if settings else ()))
+    problems.extend(
+        str(e) for e in (check_environment(settings) if settings and environment else ())
+    )
     for target in settings.targets if settings else ():
         try:
             load_api_key(target)
