@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Final
 
@@ -202,13 +203,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_list[0].startswith("-") and args_list[0] not in ("-h", "--help", "--version")
     ):
         args_list.insert(0, "run")  # `run` is the default subcommand
+    # Before anything slow (imports, the config, the first tick): a SIGHUP sent as soon as
+    # the process exists (a config tool's reload after starting it) must not kill it.
+    signals = _install_signals() if args_list and args_list[0] == "run" else None
     parser = build_parser(args_list[0] if args_list else None)
     args = parser.parse_args(args_list)
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
     if args.command == "run":
-        return run(args)
+        return run(args, signals)
     if args.command == "check-config":
         return check_config(args)
     module = importlib.import_module(COMMANDS[args.command][0])
@@ -268,7 +272,9 @@ def config_problems(
     except ConfigErrors as exc:
         problems.extend(str(e) for e in exc.errors)
         settings = None
-    problems.extend(str(e) for e in (check_environment(settings) if settings else ()))
+    problems.extend(
+        str(e) for e in (check_environment(settings) if settings and environment else ())
+    )
     for target in settings.targets if settings else ():
         try:
             load_api_key(target)
@@ -307,7 +313,7 @@ def check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, signals: Signals | None = None) -> int:
     """Run the daemon until SIGTERM or SIGINT; SIGHUP reloads the config."""
     configure_logging(args.log_level, args.log_format)
     settings, problems = config_problems(args)
@@ -315,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     if problems or settings is None:
         return EXIT_USAGE
-    return serve(settings, args.listen_address, args.web_config_file)
+    return serve(settings, args.listen_address, args.web_config_file, signals=signals)
 
 
 def serve(
@@ -326,8 +332,13 @@ def serve(
     stop: threading.Event | None = None,
     gpu_env: dict[str, str] | None = None,
     on_first_tick: Callable[[], None] | None = None,
+    signals: Signals | None = None,
 ) -> int:
-    """Build the daemon and web server, run until stopped; shared by ``run`` and ``demo``."""
+    """Build the daemon and web server, run until stopped; shared by ``run`` and ``demo``.
+
+    ``signals`` are the events handlers installed already set; else they are installed once
+    the web server listens.
+    """
     from prometheus_client import CollectorRegistry
 
     from exporter.config import Settings, load_settings
@@ -339,6 +350,8 @@ def serve(
     from exporter.web.server import WebRoutes, WebServer
 
     assert isinstance(settings, Settings)
+    if signals is not None:
+        stop = signals.stop
     stop = stop or threading.Event()
     try:
         daemon = Daemon(settings, gpu_env=gpu_env)
@@ -364,8 +377,7 @@ def serve(
         log.error("%s", exc)
         daemon.close()
         return EXIT_RUNTIME
-    reload = threading.Event()
-    _install_signals(stop, reload)
+    reload = (signals or _install_signals(stop)).reload
     log.info(
         "started version=%s listen=%s targets=%s interval_s=%g state_dir=%s",
         __version__,
@@ -397,9 +409,20 @@ def serve(
     return EXIT_OK
 
 
-def _install_signals(stop: threading.Event, reload: threading.Event) -> None:
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """What SIGTERM/SIGINT (``stop``) and SIGHUP (``reload``) set."""
+
+    stop: threading.Event
+    reload: threading.Event
+
+
+def _install_signals(stop: threading.Event | None = None) -> Signals:
+    """Handlers that set the returned events (installed from the main thread only)."""
+    signals = Signals(stop or threading.Event(), threading.Event())
+    stop, reload = signals.stop, signals.reload
     if threading.current_thread() is not threading.main_thread():
-        return
+        return signals
 
     def _reload(_signum: int, _frame: FrameType | None) -> None:
         log.info("signal received signal=SIGHUP, reloading config")
@@ -412,3 +435,4 @@ def _install_signals(stop: threading.Event, reload: threading.Event) -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGHUP, _reload)
+    return signals

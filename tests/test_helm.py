@@ -31,6 +31,7 @@ import yaml
 from exporter import __version__
 from exporter.config import parse_settings
 from tests.httpservers import make_tls_files
+from tests.integration.kubelet import manifest_in
 from tests.test_deploy import CRD_SCHEMAS, K8S_VERSIONS, check_config, manifests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -640,4 +641,22 @@ def test_the_renderer_follows_helms_rules_on_a_small_chart(helm_render, tmp_path
     assert result.returncode == 1
     assert result.stderr == (
         "Error: execution error at (demo/templates/sa.yaml:1:3): name the account\n"
+    )
+
+
+def test_notes_probe_the_engine_as_the_readme_does(helm_render):
+    """The startup and liveness probes both ask the exporter; readiness asks the engine."""
+    notes = helm(helm_render, "--notes").stdout
+    text = notes[notes.index("  startupProbe:") :].split("\n\n")[0]
+    probes = yaml.safe_load(text.replace("NAMESPACE/POD", "ns/pod"))
+    readme = manifest_in(
+        (ROOT / "README.md").read_text(), "### Probes that know a slow load from a hang", {}
+    )
+    for kind in ("startupProbe", "livenessProbe"):
+        assert probes[kind]["httpGet"]["path"] == "/probe?target=ns/pod"
+        assert {k: v for k, v in probes[kind].items() if k != "httpGet"} == {
+            k: v for k, v in readme[kind].items() if k != "httpGet"
+        }
+    assert (
+        probes["readinessProbe"]["httpGet"]["path"] == readme["readinessProbe"]["httpGet"]["path"]
     )
