@@ -7,7 +7,7 @@ set -euo pipefail
 case "${1:-test}" in
   demo) packages=(gcc) ;;
   test) packages=(gcc pkg-config libsystemd-dev systemd systemd-journal-remote procps prometheus
-                  prometheus-node-exporter chromium chromium-driver cmake g++
+                  prometheus-node-exporter prometheus-alertmanager chromium chromium-driver cmake g++
                   golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
                   golang-github-xeipuuv-gojsonschema-dev) ;;  # the last four: tools/helm-render
   *) echo "usage: $0 demo|test" >&2; exit 2 ;;

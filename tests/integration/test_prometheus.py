@@ -103,17 +103,28 @@ def fast_rules(out: Path) -> list[Path]:
 
 
 @contextmanager
-def prometheus(work: Path, scrape: str) -> Iterator[Prometheus]:
+def prometheus(
+    work: Path,
+    target: str,
+    *,
+    rules: list[Path] | None = None,
+    alertmanager: str | None = None,
+    scrape: str = "1s",
+) -> Iterator[Prometheus]:
+    """Prometheus scraping ``target`` every ``scrape`` and evaluating ``rules`` (default:
+    ``fast_rules``) every second; its alerts go to ``alertmanager`` (host:port) when given."""
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     assert Path(binary).exists(), "prometheus missing: apt-get install -y prometheus"
-    rules = fast_rules(work)
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+    rules = fast_rules(work) if rules is None else rules
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": scrape, "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in rules],
         "scrape_configs": [
-            {"job_name": "inference-lifecycle-exporter", "static_configs": [{"targets": [scrape]}]}
+            {"job_name": "inference-lifecycle-exporter", "static_configs": [{"targets": [target]}]}
         ],
     }
+    if alertmanager:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     with open(work / "prometheus.log", "wb") as log:
