@@ -173,10 +173,10 @@ def _advice(
             "look at the slowest rank or node",
             None,
         )
-    return (
-        head + f"{cores}, no reads, {gpu_text}: idle (a lock, a sleep, a hang in the making)",
-        None,
-    )
+    what = f"{cores}, no reads, {gpu_text}"
+    if f.quiet_seconds >= th.idle_seconds:
+        what = f"nothing busy for {format_duration(f.quiet_seconds)} (reads, cores, GPU)"
+    return head + f"{what}: idle (a lock, a sleep, a hang in the making)", None
 
 
 #: The thresholds the daemon judges with (data; docs/architecture.md says where they come from).
