@@ -64,7 +64,7 @@ class BoundThresholds:
     busy_gpu_ratio: float = 0.3
     loaded_bytes: int = 16 * 1024 * 1024
     slower_ratio: float = 1.5
-    idle_seconds: float = 30.0
+    idle_seconds: float = 10.0
 
 
 #: Lines that say a rank or node waits on others (rendezvous, collective or store init);

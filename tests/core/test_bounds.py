@@ -162,10 +162,10 @@ def test_a_server_first_seen_ready_has_no_start_to_explain():
     assert verdicts(b, THRESHOLDS) == Verdicts()
 
 
-def test_a_load_that_stopped_reading_is_idle_once_quiet_for_long_enough():
+def test_a_load_that_stopped_reading_is_idle_once_quiet_for_ten_seconds():
     e = Engine()
     b = e.run(Phase.LOADING, start(e), 10, read=100 * MIB)
-    b = e.run(Phase.LOADING, b, 29)
+    b = e.run(Phase.LOADING, b, 9)
     assert verdicts(b, THRESHOLDS).current.bound is Bound.DISK  # the mean still reads
     b = e.run(Phase.LOADING, b, 1)
     now = verdicts(b, THRESHOLDS).current
