@@ -59,7 +59,7 @@ class BoundThresholds:
     reading_bytes_per_second: float = 2 * 1024 * 1024
     reading_bytes: int = 16 * 1024 * 1024
     near_best_ratio: float = 0.7
-    best_min_bytes: int = 64 * 1024 * 1024
+    best_min_bytes: int = 32 * 1024 * 1024
     busy_cores: float = 0.5
     busy_gpu_ratio: float = 0.3
     loaded_bytes: int = 16 * 1024 * 1024

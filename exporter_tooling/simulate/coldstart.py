@@ -56,6 +56,8 @@ _DOTS_PER_SHARD: Final = 10
 #: A wake brings the weights back in this many steps of this long (GPU memory climbing).
 WAKE_STEPS: Final = 4
 WAKE_STEP_SECONDS: Final = 0.4
+#: The compile scenario compiles this many ``--init-seconds`` before the usual steps.
+COMPILE_FACTOR: Final = 2.0
 #: The rendezvous scenario waits for the other ranks this many ``--start-seconds``.
 RENDEZVOUS_FACTOR: Final = 4.0
 
@@ -231,6 +233,8 @@ class ColdStart:
         """KV cache, compile, CUDA graphs; a GPU warm-up scenario keeps the GPUs busy instead."""
         if self.cfg.plan.gpu_warmup:
             self._gpu = replace(self._gpu, util=95, mem_util=40)
+        if self.cfg.plan.compile:  # compiling first, the GPU flat: a compile cache miss
+            self._sleep_until(time.monotonic() + COMPILE_FACTOR * self.cfg.init_seconds, True)
         busy = not self.cfg.plan.gpu_warmup
         self._play(self.script.initializing, self.cfg.init_duration, busy=busy)
 

@@ -76,7 +76,8 @@ class ScenarioPlan:
             there, as a real one does when its GPU is gone.
         warm_cache: the weights stay in the page cache after they are written and the
             workers read through it: a warm start, with next to no device reads.
-        compile: initializing keeps a core busy throughout (a torch.compile cache miss).
+        compile: initializing compiles first, a core busy and the GPU flat, then goes on
+            as usual with the CPU busy throughout (a torch.compile cache miss).
         gpu_warmup: initializing keeps the GPUs busy throughout with the CPU idle.
         rendezvous: before the workers start, the engine waits ``rendezvous_seconds`` for
             the other ranks, saying so as torch's store-based barrier does.
@@ -118,7 +119,7 @@ SCENARIOS: Final[dict[Scenario, ScenarioPlan]] = {
     Scenario.THROTTLED_DISK: ScenarioPlan(rate_factor=0.25),
     # The page cache serves reads several times faster than the simulated disk.
     Scenario.WARM_CACHE: ScenarioPlan(rate_factor=4.0, warm_cache=True),
-    Scenario.COMPILE: ScenarioPlan(init_factor=3.0, compile=True),
+    Scenario.COMPILE: ScenarioPlan(compile=True),
     Scenario.GPU_WARMUP: ScenarioPlan(init_factor=2.0, gpu_warmup=True),
     Scenario.RENDEZVOUS: ScenarioPlan(rendezvous=True),
 }
