@@ -233,7 +233,7 @@ class ColdStart:
         """KV cache, compile, CUDA graphs; a GPU warm-up scenario keeps the GPUs busy instead."""
         if self.cfg.plan.gpu_warmup:
             self._gpu = replace(self._gpu, util=95, mem_util=40)
-        if self.cfg.plan.compile:  # compiling first, the GPU flat: a compile cache miss
+        if self.cfg.plan.compile:  # compiling, the GPU flat: a compile cache miss
             self._sleep_until(time.monotonic() + COMPILE_FACTOR * self.cfg.init_seconds, True)
         busy = not self.cfg.plan.gpu_warmup
         self._play(self.script.initializing, self.cfg.init_duration, busy=busy)
@@ -355,7 +355,8 @@ class ColdStart:
         elif effect is Effect.GRAPHS:
             if self.cfg.plan.oom_init:
                 self._fail(self.script.oom)
-            self._gpu = replace(self._gpu, graphs=True, util=60, mem_util=25)
+            util = 5 if self.cfg.plan.compile else 60  # a compile-bound start: captured fast
+            self._gpu = replace(self._gpu, graphs=True, util=util, mem_util=25)
         elif effect is Effect.WARMUP:
             self._gpu = replace(self._gpu, util=95, mem_util=40)
 

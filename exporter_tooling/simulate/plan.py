@@ -76,8 +76,9 @@ class ScenarioPlan:
             there, as a real one does when its GPU is gone.
         warm_cache: the weights stay in the page cache after they are written and the
             workers read through it: a warm start, with next to no device reads.
-        compile: initializing compiles first, a core busy and the GPU flat, then goes on
-            as usual with the CPU busy throughout (a torch.compile cache miss).
+        compile: initializing compiles first for twice ``--init-seconds``, a core busy and
+            the GPU flat, and its graph capture barely moves the GPU (a torch.compile
+            cache miss).
         gpu_warmup: initializing keeps the GPUs busy throughout with the CPU idle.
         rendezvous: before the workers start, the engine waits ``rendezvous_seconds`` for
             the other ranks, saying so as torch's store-based barrier does.
