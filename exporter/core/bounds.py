@@ -77,6 +77,8 @@ PEER_WAIT: Final = re.compile(
     r"|waiting for creating a placement group|is NOT connected to|NCCL INFO Bootstrap",
     re.IGNORECASE,
 )
+#: A word of every ``PEER_WAIT`` alternative, lower case: lines without one are not searched.
+_PEER_WORDS: Final = ("rendezvous", "barrier", "connect", "waiting for", "bootstrap")
 #: Earlier finished starts kept for comparisons ("the previous start took 40 s here").
 EARLIER_KEPT: Final = 4
 #: Characters of a peer-wait line kept as evidence (already redacted by the classifier).
@@ -248,7 +250,7 @@ def _accumulated(
         phases = (*phases, PhaseFigures(now.phase))
     f = phases[-1]
     dt = max(0.0, now.at - last.at)
-    peers = [e.text for e in obs.log_events if not e.repeat and PEER_WAIT.search(e.text)]
+    peers = [e.text for e in obs.log_events if not e.repeat and _waits_on_peers(e.text)]
     read = _grown(last.read_bytes, now.read_bytes)
     cpu = max(0.0, now.cpu_seconds - last.cpu_seconds)
     downloaded = max(0, now.download_bytes - last.download_bytes)
@@ -276,6 +278,12 @@ def _accumulated(
         quiet_seconds=0.0 if moved else f.quiet_seconds + dt,
     )
     return replace(start, phases=(*phases[:-1], f))
+
+
+def _waits_on_peers(text: str) -> bool:
+    """``PEER_WAIT`` behind a cheap word check: most lines name none of its words."""
+    low = text.lower()
+    return any(w in low for w in _PEER_WORDS) and PEER_WAIT.search(text) is not None
 
 
 def _grown(before: int | None, after: int | None) -> int:
