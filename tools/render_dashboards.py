@@ -521,6 +521,30 @@ def _fleet_cold_starts() -> list[Panel]:
                 instant=True,
             ),
         ),
+        bars(
+            "What bounded the last start, by model and phase",
+            "s",
+            query(
+                "model_phase_bound:inference_server_cold_start_phase_seconds:max"
+                '{deployment=~"$deployment"}',
+                "{{model}} {{phase}}: {{bound}}",
+                instant=True,
+            ),
+            desc="Recording rule in deploy/prometheus/rules.yml: the slowest phase of each "
+            "model's last starts with what bounded it (disk, page_cache, network, cpu, gpu, "
+            "peers, idle): models that start cpu-bound stand out.",
+        ),
+        bars(
+            "Disk-bound loads by host",
+            "s",
+            query(
+                'instance:inference_server_disk_bound_load_seconds:max{instance=~"$instance"}',
+                "{{instance}}",
+                instant=True,
+            ),
+            desc="Recording rule in deploy/prometheus/rules.yml: each host's longest loading "
+            "phase that read at its disk's best rate; the slowest disks lead.",
+        ),
         series(
             "Deployment readiness",
             "percentunit",

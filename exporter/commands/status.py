@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from exporter.base.units import format_duration
+from exporter.commands.bounds import bound_line
 from exporter.commands.client import (
     EXIT_USAGE,
     StatusClient,
@@ -121,12 +122,18 @@ def render_table(
         return "no targets configured\n"
     now = now if now is not None else doc.get("taken_at") or time.time()
     if trails is None:
-        return _align([COLUMNS, *(target_row(t, now) for t in doc["targets"])])
+        return _align([COLUMNS, *(target_row(t, now) for t in doc["targets"])]) + _advice(doc)
     rows = [
         (*target_row(t, now), *_sparks(trails.get(t["target"], ()), unicode))
         for t in doc["targets"]
     ]
-    return _align([(*COLUMNS, "GPU MEMORY", "READ"), *rows])
+    return _align([(*COLUMNS, "GPU MEMORY", "READ"), *rows]) + _advice(doc)
+
+
+def _advice(doc: StatusDoc) -> str:
+    """Under the table, per target, what bounds its start (or bounded the last one)."""
+    lines = [(t["target"], bound_line(t)) for t in doc["targets"]]
+    return "".join(f"{name}: {line}\n" for name, line in lines if line)
 
 
 def _sparks(points: Sequence[tuple[float | None, float | None]], unicode: bool) -> tuple[str, str]:

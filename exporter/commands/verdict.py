@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from exporter.base.units import format_duration
+from exporter.commands.bounds import bound_line
 from exporter.commands.text import Display, notable_lines
 from exporter.render.status_doc import TargetDoc
 
@@ -37,7 +38,10 @@ def judge(doc: TargetDoc, until: str) -> Verdict | None:
     name, phase = doc["target"], doc["phase"]
     took = format_duration(doc["elapsed_seconds"])
     if phase in WANTED[until]:
-        return Verdict(EXIT_REACHED, f"{name} is {phase} (cold start took {_start_took(doc)})")
+        summary = f"{name} is {phase} (cold start took {_start_took(doc)})"
+        if bound := bound_line(doc):
+            summary += f"; slowest phase {bound}"
+        return Verdict(EXIT_REACHED, summary)
     if phase == "failed":
         why, reason = doc["failure_reason"] or "failed", doc["reason"]
         text = reason if why in reason else f"{why}: {reason}"
@@ -45,9 +49,10 @@ def judge(doc: TargetDoc, until: str) -> Verdict | None:
             text += f" ({doc['reason_detail']})"
         return Verdict(EXIT_FAILED, f"{name} failed after {took}: {text}")
     if doc["stalled"]:
-        return Verdict(
-            EXIT_FAILED, f"{name} stalled in {phase} after {took}: {doc['stall_reason']}"
-        )
+        summary = f"{name} stalled in {phase} after {took}: {doc['stall_reason']}"
+        if bound := bound_line(doc):
+            summary += f"; {bound}"
+        return Verdict(EXIT_FAILED, summary)
     return None
 
 

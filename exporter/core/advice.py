@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from exporter.base.model import GpuSample, Observation
+from exporter.base.model import STARTUP_PHASES, GpuSample, Observation
 from exporter.base.units import format_bytes, format_duration, format_rate
 from exporter.core.bounds import (
     Bound,
@@ -66,10 +66,16 @@ class PhaseBound:
 
 @dataclass(frozen=True, slots=True)
 class Verdicts:
-    """The running start's phases and the last finished start's, each in order."""
+    """The running start's phases and the last finished start's, each in order.
+
+    ``at`` is the observation time they were judged at, ``phases`` how many phases the
+    running start had then (``follow_bounds`` judges again on a new phase at once).
+    """
 
     running: tuple[PhaseBound, ...] = ()
     last: tuple[PhaseBound, ...] = ()
+    at: float = 0.0
+    phases: int = 0
 
     @property
     def current(self) -> PhaseBound | None:
@@ -77,8 +83,8 @@ class Verdicts:
         return self.running[-1] if self.running and self.running[-1].running else None
 
 
-def verdicts(bounds: Bounds, th: BoundThresholds) -> Verdicts:
-    """Judge the running start and the newest finished one."""
+def verdicts(bounds: Bounds, th: BoundThresholds, at: float = 0.0) -> Verdicts:
+    """Judge the running start and the newest finished one (at observation time ``at``)."""
     current = bounds.current
     finished = [current] if current is not None and current.finished else []
     starts = [*finished, *bounds.earlier]
@@ -88,6 +94,8 @@ def verdicts(bounds: Bounds, th: BoundThresholds) -> Verdicts:
         judge(starts[0], tuple(starts[1:]), bounds.best_read_bytes_per_second, th)
         if starts
         else (),
+        at,
+        len(running.phases) if running else 0,
     )
 
 
@@ -173,14 +181,17 @@ def _advice(
             "look at the slowest rank or node",
             None,
         )
-    return (
-        head + f"{cores}, no reads, {gpu_text}: idle (a lock, a sleep, a hang in the making)",
-        None,
-    )
+    what = f"{cores}, no reads, {gpu_text}"
+    if f.quiet_seconds >= th.idle_seconds:
+        what = f"nothing busy for {format_duration(f.quiet_seconds)} (reads, cores, GPU)"
+    return head + f"{what}: idle (a lock, a sleep, a hang in the making)", None
 
 
 #: The thresholds the daemon judges with (data; docs/architecture.md says where they come from).
 THRESHOLDS: Final = BoundThresholds()
+#: A running phase is judged again at most this often (a judgement's words cost about as
+#: much as the rest of the target's tick); a new phase or the end of the start at once.
+JUDGE_EVERY_SECONDS: Final = 2.0
 
 
 def follow_bounds(
@@ -201,10 +212,24 @@ def follow_bounds(
         gpus: the tick's GPU samples (for the utilisation of the target's GPUs).
         per_gpu: the target's memory per GPU index this tick.
     """
+    current = bounds.current
+    if state.phase not in STARTUP_PHASES and obs.process is not None:
+        at_rest = current is not None and current.finished and current.pid == obs.process.pid
+        if at_rest or (current is None and bounds.last is None):
+            return bounds, judged  # a server at rest: nothing to fold in, nothing to judge
     ratio = target_gpu_ratio(
         ((g.index, g.utilization_ratio) for g in gpus), (i for i, _ in per_gpu)
     )
     after = track(bounds, obs, state, ratio, THRESHOLDS)
     if after is bounds:
         return bounds, judged
-    return after, verdicts(after, THRESHOLDS)
+    now = after.current
+    if (
+        now is not None
+        and not now.finished
+        and judged.running
+        and len(now.phases) == judged.phases
+        and obs.at - judged.at < JUDGE_EVERY_SECONDS
+    ):
+        return after, judged  # the same phase, judged a moment ago: its line still holds
+    return after, verdicts(after, THRESHOLDS, obs.at)

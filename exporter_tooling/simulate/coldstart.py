@@ -31,6 +31,7 @@ from exporter_tooling.simulate.gpustate import (
 )
 from exporter_tooling.simulate.plan import MIB, Segment, SimConfig, WorkerPlan, weight_layout
 from exporter_tooling.simulate.script import (
+    BARRIER,
     SCRIPTS,
     Effect,
     Say,
@@ -55,6 +56,10 @@ _DOTS_PER_SHARD: Final = 10
 #: A wake brings the weights back in this many steps of this long (GPU memory climbing).
 WAKE_STEPS: Final = 4
 WAKE_STEP_SECONDS: Final = 0.4
+#: The compile scenario compiles this many ``--init-seconds`` before the usual steps.
+COMPILE_FACTOR: Final = 2.0
+#: The rendezvous scenario waits for the other ranks this many ``--start-seconds``.
+RENDEZVOUS_FACTOR: Final = 4.0
 
 
 class SimulatorError(Exception):
@@ -146,7 +151,7 @@ class ColdStart:
             self._prepare()
             self._start()
             self._load()
-            self._play(self.script.initializing, self.cfg.init_duration, busy=True)
+            self._initialize()
             self._announce(self._become_ready())
             self._serve()
         except _Stopped:
@@ -187,6 +192,8 @@ class ColdStart:
         else:
             self._create_weights()
         self._play(self.script.starting, self.cfg.start_seconds, origin=started)
+        if self.cfg.plan.rendezvous:
+            self._wait_for_peers()
         self._spawn()
 
     def _load(self) -> None:
@@ -221,6 +228,23 @@ class ColdStart:
         self._ctx.update(load_s=took, load_total_s=took + 0.2, final_bar=final)
         self._load_seconds = took
         self._say(self.script.load_end)
+
+    def _initialize(self) -> None:
+        """KV cache, compile, CUDA graphs; a GPU warm-up scenario keeps the GPUs busy instead."""
+        if self.cfg.plan.gpu_warmup:
+            self._gpu = replace(self._gpu, util=95, mem_util=40)
+        if self.cfg.plan.compile:  # compiling, the GPU flat: a compile cache miss
+            self._sleep_until(time.monotonic() + COMPILE_FACTOR * self.cfg.init_seconds, True)
+        busy = not self.cfg.plan.gpu_warmup
+        self._play(self.script.initializing, self.cfg.init_duration, busy=busy)
+
+    def _wait_for_peers(self) -> None:
+        """Wait for the other ranks, quiet but for torch's store-based barrier line."""
+        says = (BARRIER,)
+        until = time.monotonic() + RENDEZVOUS_FACTOR * self.cfg.start_seconds
+        while time.monotonic() < until:
+            self._say(says)
+            self._sleep_until(min(until, time.monotonic() + 1.0), tick=1.0)
 
     def _become_ready(self) -> float:
         """Listen (if not yet), warm up, turn healthy; returns the wall time health turned 200."""
@@ -331,7 +355,8 @@ class ColdStart:
         elif effect is Effect.GRAPHS:
             if self.cfg.plan.oom_init:
                 self._fail(self.script.oom)
-            self._gpu = replace(self._gpu, graphs=True, util=60, mem_util=25)
+            util = 5 if self.cfg.plan.compile else 60  # a compile-bound start: captured fast
+            self._gpu = replace(self._gpu, graphs=True, util=util, mem_util=25)
         elif effect is Effect.WARMUP:
             self._gpu = replace(self._gpu, util=95, mem_util=40)
 
@@ -383,10 +408,11 @@ class ColdStart:
 
     def _burn(self, deadline: float) -> bool:
         now = time.monotonic()
+        burst = BURST_PERIOD if self.cfg.plan.compile else BURST
         into = (now - self._origin) % BURST_PERIOD
-        if into >= BURST:
+        if into >= burst:
             return False
-        end = min(deadline, now + BURST - into)
+        end = min(deadline, now + burst - into)
         while time.monotonic() < end and not self._stop.is_set():
             pass
         return True
@@ -454,7 +480,7 @@ class ColdStart:
         for path, size in self._weight_sizes().items():
             self._created.append(path)
             try:
-                _write_weights(path, size, block, self._stop)
+                _write_weights(path, size, block, self._stop, keep=self.cfg.plan.warm_cache)
             except OSError as exc:
                 raise SimulatorError(f"--work-dir: cannot write {path}: {exc.strerror}") from exc
 
@@ -475,6 +501,7 @@ class ColdStart:
                 cleanup_dir=self._dir if rank == 0 and self._own_dir else None,
                 linger_seconds=4 * cfg.flap_seconds if cfg.plan.orphan_workers else 0.0,
                 gpu_state=cfg.gpu_state_file if rank == 0 else None,
+                warm=cfg.plan.warm_cache,
             )
             self._workers.append(Worker(plan))
 
@@ -578,7 +605,10 @@ class ColdStart:
         }
 
 
-def _write_weights(path: Path, size: int, block: bytes, stop: threading.Event) -> None:
+def _write_weights(
+    path: Path, size: int, block: bytes, stop: threading.Event, *, keep: bool = False
+) -> None:
+    """Write one weight file; its pages are dropped from the cache unless ``keep``."""
     with path.open("wb") as f:
         left = size
         while left > 0:
@@ -589,8 +619,10 @@ def _write_weights(path: Path, size: int, block: bytes, stop: threading.Event) -
             left -= n
         f.flush()
         os.fsync(f.fileno())
-        # Clean pages can be dropped: the first read then comes from the disk even without O_DIRECT.
-        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        if not keep:
+            # Clean pages can be dropped: the first read then comes from the disk even
+            # without O_DIRECT.
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def _write_or_explain(path: Path, text: str, flag: str) -> None:

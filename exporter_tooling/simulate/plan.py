@@ -43,6 +43,12 @@ class Scenario(enum.StrEnum):
     ORPHANED_WORKERS = "orphaned-workers"
     HANG_DOWNLOADING = "hang-downloading"
     XID_LOADING = "xid-loading"
+    #: One scenario per bound of a phase (``exporter.core.bounds``), for ``demo`` and tests.
+    THROTTLED_DISK = "throttled-disk"
+    WARM_CACHE = "warm-cache"
+    COMPILE = "compile"
+    GPU_WARMUP = "gpu-warmup"
+    RENDEZVOUS = "rendezvous"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,14 @@ class ScenarioPlan:
         xid_load_at: fraction of the weights after which GPU 0 reports Xid 79 (fallen off
             the bus) through the fake NVML's event API; with ``hang_load_at`` the load hangs
             there, as a real one does when its GPU is gone.
+        warm_cache: the weights stay in the page cache after they are written and the
+            workers read through it: a warm start, with next to no device reads.
+        compile: initializing compiles first for twice ``--init-seconds``, a core busy and
+            the GPU flat, and its graph capture barely moves the GPU (a torch.compile
+            cache miss).
+        gpu_warmup: initializing keeps the GPUs busy throughout with the CPU idle.
+        rendezvous: before the workers start, the engine waits ``rendezvous_seconds`` for
+            the other ranks, saying so as torch's store-based barrier does.
     """
 
     rate_factor: float = 1.0
@@ -83,6 +97,10 @@ class ScenarioPlan:
     hang_download_at: float | None = None
     orphan_workers: bool = False
     xid_load_at: float | None = None
+    warm_cache: bool = False
+    compile: bool = False
+    gpu_warmup: bool = False
+    rendezvous: bool = False
 
 
 SCENARIOS: Final[dict[Scenario, ScenarioPlan]] = {
@@ -99,6 +117,12 @@ SCENARIOS: Final[dict[Scenario, ScenarioPlan]] = {
     Scenario.ORPHANED_WORKERS: ScenarioPlan(crash_load_at=0.5, orphan_workers=True),
     Scenario.HANG_DOWNLOADING: ScenarioPlan(download=True, hang_download_at=0.5),
     Scenario.XID_LOADING: ScenarioPlan(hang_load_at=0.5, xid_load_at=0.4),
+    Scenario.THROTTLED_DISK: ScenarioPlan(rate_factor=0.25),
+    # The page cache serves reads several times faster than the simulated disk.
+    Scenario.WARM_CACHE: ScenarioPlan(rate_factor=4.0, warm_cache=True),
+    Scenario.COMPILE: ScenarioPlan(compile=True),
+    Scenario.GPU_WARMUP: ScenarioPlan(init_factor=2.0, gpu_warmup=True),
+    Scenario.RENDEZVOUS: ScenarioPlan(rendezvous=True),
 }
 
 
@@ -222,6 +246,7 @@ class WorkerPlan:
             worker left behind by a crashed engine does (0: die with the parent).
         gpu_state: the simulated GPU state file, emptied when a lingering worker ends (the
             driver frees a process's memory when it exits).
+        warm: read through the page cache (the weights are cached): no device reads.
     """
 
     rank: int
@@ -234,6 +259,7 @@ class WorkerPlan:
     cleanup_dir: Path | None = None
     linger_seconds: float = 0.0
     gpu_state: Path | None = None
+    warm: bool = False
 
     def to_json(self) -> str:
         """Encode for the worker's command line."""
@@ -249,6 +275,7 @@ class WorkerPlan:
                 "cleanup_dir": str(self.cleanup_dir) if self.cleanup_dir else None,
                 "linger_seconds": self.linger_seconds,
                 "gpu_state": str(self.gpu_state) if self.gpu_state else None,
+                "warm": self.warm,
             }
         )
 
@@ -267,4 +294,5 @@ class WorkerPlan:
             cleanup_dir=Path(raw["cleanup_dir"]) if raw["cleanup_dir"] else None,
             linger_seconds=float(raw.get("linger_seconds", 0.0)),
             gpu_state=Path(raw["gpu_state"]) if raw.get("gpu_state") else None,
+            warm=bool(raw.get("warm", False)),
         )

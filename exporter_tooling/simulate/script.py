@@ -144,6 +144,13 @@ def shard_bar(template: str, done: int, total: int, elapsed: float) -> str:
     return template.format(pct=100 * done / total, n=done, total=total, timing=timing)
 
 
+#: torch.distributed's line while a rank waits in c10d's store-based barrier for the others
+#: (every engine that initialises torch.distributed prints it the same way).
+BARRIER: Final = Say(
+    "Waiting in store based barrier to initialize process group for rank: 0, key: "
+    "store_based_barrier_key:1 (world_size=2, num_workers_joined=1, timeout=0:30:00)",
+    "distributed_c10d.py:4373",
+)
 _SHARD_BAR: Final = (
     "Loading safetensors checkpoint shards: {pct:3.0f}% Completed | {n}/{total} [{timing}]"
 )

@@ -170,7 +170,7 @@ def _load(plan: WorkerPlan, commands: _Commands) -> list[bytes]:
     chunk = chunk_size(plan.bytes_per_second)
     buf = mmap.mmap(-1, chunk)  # page aligned, as O_DIRECT requires
     for index, seg in enumerate(plan.segments):
-        fd = _open_cold(seg.path)
+        fd = os.open(seg.path, os.O_RDONLY) if plan.warm else _open_cold(seg.path)
         try:
             end = seg.offset + seg.length
             for offset in range(seg.offset + plan.rank * chunk, end, plan.world * chunk):

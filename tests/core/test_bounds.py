@@ -137,7 +137,9 @@ def test_download_gpu_peers_and_idle():
     assert "downloaded 500.0 MiB at 50.0 MiB/s: network-bound" in v.running[0].advice
     assert "(\u005bGloo] Rank 8 is NOT connected to: [1]): peers-bound" in v.running[1].advice
     b = e.run(Phase.INITIALIZING, b, 60)
-    assert verdicts(b, THRESHOLDS).current.bound is Bound.GPU  # the mean still says GPU
+    quiet = verdicts(b, THRESHOLDS).current
+    assert quiet.bound is Bound.IDLE  # the mean says GPU, the last minute says nothing
+    assert "nothing busy for 1m00s" in quiet.advice
     e2 = Engine(pid=7)
     b2 = e2.run(Phase.INITIALIZING, start(e2), 30)
     assert verdicts(b2, THRESHOLDS).current.bound is Bound.IDLE
@@ -158,3 +160,14 @@ def test_a_server_first_seen_ready_has_no_start_to_explain():
     b = e.tick(Phase.SERVING, Bounds())
     assert b.current is None
     assert verdicts(b, THRESHOLDS) == Verdicts()
+
+
+def test_a_load_that_stopped_reading_is_idle_once_quiet_for_ten_seconds():
+    e = Engine()
+    b = e.run(Phase.LOADING, start(e), 10, read=100 * MIB)
+    b = e.run(Phase.LOADING, b, 9)
+    assert verdicts(b, THRESHOLDS).current.bound is Bound.DISK  # the mean still reads
+    b = e.run(Phase.LOADING, b, 1)
+    now = verdicts(b, THRESHOLDS).current
+    assert now.bound is Bound.IDLE
+    assert "idle (a lock, a sleep, a hang in the making)" in now.advice

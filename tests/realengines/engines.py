@@ -212,12 +212,17 @@ def evict_from_page_cache(directory: Path) -> None:
     """Drop one model's pages from the page cache, so its mmap reads reach the disk again."""
     for f in directory.rglob("*"):
         if f.is_file():
-            fd = os.open(f, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+            drop_from_page_cache(f)
+
+
+def drop_from_page_cache(path: Path) -> None:
+    """Drop one file's pages from the page cache (``POSIX_FADV_DONTNEED``)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 # --- HTTP and the exporter's view -----------------------------------------------------------

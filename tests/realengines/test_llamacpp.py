@@ -17,6 +17,7 @@ from tests.integration.harness import ROOT, exporter, free_port
 from tests.realengines.engines import (
     ORDER,
     complete,
+    drop_from_page_cache,
     engine_process,
     llama_server_cmd,
     target_toml,
@@ -130,3 +131,51 @@ def test_wait_returns_zero_once_the_real_engine_is_ready(tmp_path, llama_server,
         )
         assert waited.returncode == 0, waited.stderr
         assert exp.target("llama")["phase"] in ("ready", "serving")
+
+
+def test_a_cold_page_cache_reads_disk_and_a_warm_one_the_page_cache(
+    tmp_path, llama_server, gguf_models
+):
+    """Two starts of one model: its cached pages dropped first, then read once beforehand.
+
+    Both run in the same read throttle, which slows the disk and not the page cache: the
+    cold load reads at the throttle's rate and is disk-bound, the warm one barely reads.
+    """
+    model = gguf_models["medium"]
+    if reason := throttle_unavailable(model):
+        pytest.skip(f"cannot make the load last seconds: {reason}")
+    port, log_file = free_port(), tmp_path / "llama-server.log"
+    with exporter(tmp_path, _llama_target(port, log_file, model), interval=INTERVAL) as exp:
+        starts = []
+        for warm in (False, True):
+            if warm:
+                model.read_bytes()  # every page of the model in the page cache
+            else:
+                drop_from_page_cache(model)
+            with (
+                throttled_reads(model, THROTTLE_BYTES_PER_SECOND) as cgroup,
+                engine_process(
+                    llama_server_cmd(llama_server, model, port), log_file, port, cgroup=cgroup
+                ) as engine,
+            ):
+                seen = [s["started_at"] for s in starts]
+                done = watch(
+                    exp,
+                    "llama",
+                    lambda d, seen=seen: (
+                        d["phase"] == "serving"
+                        and d["started_at"] not in seen
+                        and bool(d["last_start_bounds"])
+                    ),
+                    timeout=60,
+                    engine=engine,
+                ).samples[-1]
+            starts.append(done)
+    cold, warm = ({b["phase"]: b for b in s["last_start_bounds"]} for s in starts)
+    print("cold:", [b["advice"] for b in cold.values()])
+    print("warm:", [b["advice"] for b in warm.values()])
+    assert cold["loading"]["bound"] == "disk", cold["loading"]
+    assert cold["loading"]["read_bytes"] >= model.stat().st_size // 2
+    assert "disk-bound" in cold["loading"]["advice"]
+    assert warm["loading"]["bound"] == "page_cache", warm["loading"]
+    assert "the weights came from the page cache: a warm start" in warm["loading"]["advice"]

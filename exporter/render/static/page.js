@@ -132,11 +132,12 @@
     return box;
   }
 
-  function segments(rows, scale) {
+  function segments(rows, scale, bounds) {
     const track = el("div", "track");
     for (const row of rows) {
       const seg = el("div", "seg " + phaseClass(row.phase) + (row.running ? " running" : ""));
-      seg.textContent = row.phase + " " + dur(row.seconds);
+      const bound = bounds[row.phase];
+      seg.textContent = row.phase + " " + dur(row.seconds) + (bound ? " \u00b7 " + bound : "");
       seg.title = seg.textContent;
       seg.style.width = ((row.seconds / scale) * 100).toFixed(2) + "%";
       track.append(seg);
@@ -144,11 +145,20 @@
     return track;
   }
 
-  function timelineRow(label, rows, scale, end, cls) {
+  function timelineRow(label, rows, scale, end, cls, judged) {
     const r = el("div", "tl-row " + cls);
     const total = rows.reduce((sum, x) => sum + x.seconds, 0);
-    r.append(el("span", "label", label), segments(rows, scale), el("span", "total", end(total)));
+    const bounds = {};
+    for (const b of judged) bounds[b.phase] = b.bound;
+    r.append(el("span", "label", label), segments(rows, scale, bounds), el("span", "total", end(total)));
     return r;
+  }
+
+  // What bounded each phase of this start: one line a person can act on, under the timeline.
+  function advice(judged) {
+    const box = el("div", "bounds");
+    for (const b of judged) box.append(el("p", "advice", b.bound + ": " + b.advice));
+    return box;
   }
 
   function timeline(t) {
@@ -164,14 +174,20 @@
     const scale = Math.max(sum(now), sum(prevRows), 1);
     box.append(el("div", "section-title", "phase timeline"));
     // The previous start on top, this one under it, on one time scale: compare at a glance.
+    // While a start runs, the last finished one is the previous row; after, it is this one.
+    const running = t.bounds || [];
+    const last = t.last_start_bounds || [];
+    const mine = running.length ? running : last;
     if (prevRows.length) {
       const how = prev.outcome === "ready" ? "ready in " : (prev.reason || "failed") + " after ";
-      box.append(timelineRow("previous", prevRows, scale, () => how + dur(prev.duration_seconds), "previous"));
+      const judged = running.length ? last : [];
+      box.append(timelineRow("previous", prevRows, scale, () => how + dur(prev.duration_seconds), "previous", judged));
     }
     if (now.length) {
       const done = t.phase === "failed" ? "failed after " : t.ready ? "ready in " : "";
-      box.append(timelineRow("this start", now, scale, (s) => done + dur(s), "current"));
+      box.append(timelineRow("this start", now, scale, (s) => done + dur(s), "current", mine));
     }
+    if (now.length && mine.length) box.append(advice(mine));
     return box;
   }
 
