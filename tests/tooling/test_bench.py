@@ -140,3 +140,14 @@ def test_cpu_shares_go_to_our_code_that_called_the_library():
         OUTSIDE: 25.0,
     }
     assert isinstance(component_shares({"shared": {"frames": []}, "profiles": []}), str)
+
+
+def test_the_probe_client_comparison_measures_both_clients(capsys):
+    from exporter_tooling.bench import probe_clients
+
+    assert probe_clients.main(["--targets", "2", "--probes", "20"]) == 0
+    figures = json.loads(capsys.readouterr().out.splitlines()[-1])
+    for client in probe_clients.CLIENTS:
+        row = figures["2"][client]
+        assert row["ok"] == row["probes"] > 0
+        assert row["cpu_ms_per_probe"] > 0
