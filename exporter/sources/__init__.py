@@ -98,6 +98,8 @@ class SourceHealth:
         previous = self._state.get(key)
         if state == previous or (previous is None and self._settling(key, status)):
             return
+        if previous == "absent" and status.error in UNSETTLED:
+            return  # a retry still starting says nothing new about an absent source
         self._state[key] = state
         where = (status.source, status.target or "-")
         if state == "absent":

@@ -61,6 +61,10 @@ MAX_READ_BYTES: Final = 8 * 2**20
 #: Entries ``journalctl`` shows from before the exporter started, when no cursor is saved.
 JOURNALCTL_BACKLOG_LINES: Final = 2000
 SYSTEM_JOURNAL_DIRS: Final = ("/var/log/journal", "/run/log/journal")
+NO_LOG_FILE_HINT: Final = (
+    "the target's log_file does not exist (yet): the engine writes it when it starts; if it "
+    "should be there, check the target's log_file"
+)
 NO_JOURNAL_HINT: Final = (
     "no systemd journal on this host (/var/log/journal, /run/log/journal): set journal = false "
     "and a log_file in the target, or mount the journal into the exporter's container"
@@ -108,8 +112,8 @@ def _save_state(path: str | None, data: Mapping[str, object]) -> bool:
 
 
 def _open_error(exc: OSError) -> SourceError:
-    if isinstance(exc, FileNotFoundError):
-        return SourceError("missing", "log file not found")
+    if isinstance(exc, FileNotFoundError):  # nothing to read yet: no data, not a failure
+        return SourceAbsent("missing", "log file not found", hint=NO_LOG_FILE_HINT)
     if isinstance(exc, PermissionError):
         return SourceError("permission_denied", "log file not readable")
     if isinstance(exc, IsADirectoryError):

@@ -199,12 +199,12 @@ def test_truncation_in_place_starts_over(tmp_path, closing):
     assert events[0].line_no == 1
 
 
-def test_a_missing_file_is_a_source_error_until_it_appears(tmp_path, closing):
+def test_a_missing_file_is_absent_until_it_appears(tmp_path, closing):
     log = tmp_path / "engine.log"
     src = closing(Classified(FileLogSource(str(log))))
-    with pytest.raises(SourceError) as err:
+    with pytest.raises(SourceAbsent) as err:  # not written yet: no data, not a failure
         src.read()
-    assert err.value.reason == "missing"
+    assert err.value.reason == "missing" and "log_file" in err.value.hint
     log.write_bytes(b"INFO 05-12 02:45:10 hello\n")
     assert texts(src.read()) == ["INFO 05-12 02:45:10 hello"]
 

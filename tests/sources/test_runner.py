@@ -131,6 +131,14 @@ def test_an_absent_source_is_logged_once_with_its_hint_and_never_as_down(caplog)
     ]
 
 
+def test_an_absent_sources_retry_still_starting_keeps_it_absent(caplog):
+    caplog.set_level("INFO", logger="exporter.sources")
+    health = SourceHealth()
+    for call in (_absent, lambda: _down("starting"), lambda: _down(DEADLINE_EXCEEDED), _absent):
+        health.record(run_source("nvml", call).status)
+    assert len(caplog.records) == 1 and "source absent" in caplog.records[0].getMessage()
+
+
 def test_a_source_that_breaks_after_being_absent_is_down(caplog):
     caplog.set_level("INFO", logger="exporter.sources")
     health = SourceHealth()

@@ -383,7 +383,7 @@ class GpuSource:
         if line is None:
             if not was_ready:
                 # Asked only after this call waited for the child's init: give it a full turn.
-                raise SourceError(NvmlReason.STARTING, "first answer of a new NVML child pending")
+                raise self._error(NvmlReason.STARTING, "first answer of a new NVML child pending")
             self._fail(NvmlReason.TIMEOUT, f"no answer within {self._call_timeout:g}s")
         self._in_flight = False
         return self._accept(cast(Reply, self._decode(line)))
@@ -445,7 +445,7 @@ class GpuSource:
         if line is None:
             if self._clock() >= init_deadline:
                 self._fail(NvmlReason.TIMEOUT, f"NVML init took over {self._init_timeout:g}s")
-            raise SourceError(NvmlReason.STARTING, "NVML child still initialising")
+            raise self._error(NvmlReason.STARTING, "NVML child still initialising")
         hello = cast(Hello, self._decode(line))
         if not hello.get("ok"):
             code = hello.get("code")
@@ -607,7 +607,13 @@ class GpuSource:
         raise error
 
     def _error(self, reason: NvmlReason, detail: str) -> SourceError:
-        """Absent while the library was never there (the runner logs its hint once), else down."""
+        """Absent while the library was never there (the runner logs its hint once), else down.
+
+        A retry's child that is still starting keeps an absent source absent: only its answer
+        can say the library has come.
+        """
+        if reason is NvmlReason.STARTING and self._failure in ABSENT_REASONS:
+            reason = self._failure
         if reason in ABSENT_REASONS and not self._worked:
             return SourceAbsent(reason, detail, hint=self.hints.get(reason, "-"))
         return SourceError(reason, detail)
