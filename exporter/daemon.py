@@ -338,7 +338,7 @@ class Daemon:
             statuses.append(SourceStatus(kind, health.up, 0.0, health.error))
         for st in statuses:
             self._health.record(st)
-            if not st.up:
+            if not st.up and not st.absent:
                 self._errors[st.source] = self._errors.get(st.source, 0) + 1
         took = time.perf_counter() - started
         self._overruns.tick(took, self.settings.interval_seconds, time.monotonic())

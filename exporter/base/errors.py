@@ -3,6 +3,7 @@
     ExporterError
      +-- ConfigError      bad config file or flags: names file, field and reason; exit 2
      +-- SourceError      a source could not observe (NVML error, unreadable journal)
+          +-- SourceAbsent   what it reads is not on this host (no NVIDIA library, no PSI)
 
 Sources never let a SourceError escape into the loop: their wrapper turns it into data.
 """
@@ -43,3 +44,15 @@ class SourceError(ExporterError):
         self.reason = reason
         self.detail = detail
         super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class SourceAbsent(SourceError):
+    """What a source reads is simply not on this host: node_exporter's ``ErrNoData``.
+
+    Not a failure: the source reads as ``absent``, never as down. ``hint`` says what is
+    missing and the config key that turns the source on or off; it is logged once.
+    """
+
+    def __init__(self, reason: str, detail: str = "", *, hint: str) -> None:
+        self.hint = hint
+        super().__init__(reason, detail)

@@ -411,13 +411,19 @@ class HostReadings:
 
 @dataclass(frozen=True, slots=True)
 class SourceStatus:
-    """How one source call went: the node_exporter ``scrape_collector_success`` pattern."""
+    """How one source call went: the node_exporter ``scrape_collector_success`` pattern.
+
+    ``absent`` (with ``up`` false): what the source reads is not on this host, which is no
+    failure; ``hint`` then names what is missing and the key that turns the source off.
+    """
 
     source: str
     up: bool
     duration_seconds: float
     error: str | None = None
     target: str | None = None
+    absent: bool = False
+    hint: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

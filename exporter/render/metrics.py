@@ -149,7 +149,16 @@ def exporter_families(snap: Snapshot) -> Iterator[Metric]:
     yield overruns
     up = GaugeMetricFamily(
         "inference_exporter_source_up",
-        "1 if the source could observe in the last tick, 0 if it failed.",
+        "1 if the source could observe in the last tick, 0 if it failed; left out while the "
+        "source is absent.",
+        labels=["source", "target"],
+    )
+    # Only absent sources get a series: the budget of STYLE.md is nearly spent, and a
+    # present source already says so through source_up.
+    absent = GaugeMetricFamily(
+        "inference_exporter_source_absent",
+        "1 while what the source reads is not on this host (no NVIDIA library, no PSI, no "
+        "journal): no failure, so it has no source_up; present sources have no series.",
         labels=["source", "target"],
     )
     took = GaugeMetricFamily(
@@ -158,9 +167,14 @@ def exporter_families(snap: Snapshot) -> Iterator[Metric]:
         labels=["source", "target"],
     )
     for s in snap.sources:
-        up.add_metric([s.source, s.target or ""], 1.0 if s.up else 0.0)
-        took.add_metric([s.source, s.target or ""], s.duration_seconds)
+        key = [s.source, s.target or ""]
+        if s.absent:
+            absent.add_metric(key, 1.0)
+        else:
+            up.add_metric(key, 1.0 if s.up else 0.0)
+        took.add_metric(key, s.duration_seconds)
     yield up
+    yield absent
     yield took
     errors = CounterMetricFamily(
         "inference_exporter_source_errors",

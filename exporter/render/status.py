@@ -59,7 +59,13 @@ def render_status(snap: Snapshot | None) -> StatusDoc:
         "gpu_stale": snap.gpu_stale,
         "foreign_gpu_memory_bytes": {str(i): b for i, b in snap.foreign_gpu_memory_bytes},
         "sources": [
-            SourceDoc(source=s.source, target=s.target, up=s.up, error=s.error)
+            SourceDoc(
+                source=s.source,
+                target=s.target,
+                up=s.up,
+                state="absent" if s.absent else "up" if s.up else "down",
+                error=s.error,
+            )
             for s in snap.sources
         ],
     }

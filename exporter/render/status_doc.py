@@ -257,11 +257,16 @@ class GpuDoc(TypedDict):
 
 
 class SourceDoc(TypedDict):
-    """Whether one source worked on the last tick."""
+    """Whether one source worked on the last tick.
+
+    ``state``: ``up``, ``down`` (it failed), or ``absent`` (what it reads is not on this
+    host, such as NVML without an NVIDIA library: ``up`` is false, but nothing is broken).
+    """
 
     source: str
     target: str | None
     up: bool
+    state: NotRequired[str]
     error: str | None
 
 

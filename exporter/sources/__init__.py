@@ -3,7 +3,8 @@
 Every source keeps one contract (``Source``): a name (its ``source`` label), a scope (the
 host, or one target) and ``sample(deadline)``. ``run_source`` wraps one call the way
 node_exporter's ``execute()`` wraps a collector: it times it, turns any exception into a
-failed ``SourceStatus`` and logs only edges. ``SourceRunner`` runs a tick's calls under one
+failed ``SourceStatus`` (``SourceAbsent`` into an absent one, which is no failure) and logs
+only edges. ``SourceRunner`` runs a tick's calls under one
 deadline that the loop enforces, so a source that blocks is reported and the others still
 count.
 """
@@ -21,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final, Generic, Protocol, TypeVar
 
-from exporter.base.errors import SourceError
+from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import SourceStatus
 
 T = TypeVar("T")
@@ -77,28 +78,48 @@ class SourceResult(Generic[T]):
     status: SourceStatus
 
 
+#: Reasons a source's first calls may give before it can say anything (a child still
+#: starting): not logged as down for the first ``SETTLE_CALLS`` calls.
+UNSETTLED: Final = frozenset({"starting", DEADLINE_EXCEEDED, STILL_RUNNING})
+SETTLE_CALLS: Final = 10
+
+
 class SourceHealth:
-    """Remembers each source's last up/down state so only changes are logged."""
+    """Remembers each source's last state (up, down, absent) so only changes are logged."""
 
     def __init__(self) -> None:
-        self._up: dict[tuple[str, str | None], bool] = {}
+        self._state: dict[tuple[str, str | None], str] = {}
+        self._unsettled: dict[tuple[str, str | None], int] = {}
 
     def record(self, status: SourceStatus) -> None:
-        """Log a WARNING when a source goes down and an INFO when it comes back."""
+        """Log a WARNING when a source goes down, an INFO when it comes back or is absent."""
         key = (status.source, status.target)
-        previous = self._up.get(key)
-        self._up[key] = status.up
-        if previous is None and status.up:
+        state = "absent" if status.absent else "up" if status.up else "down"
+        previous = self._state.get(key)
+        if state == previous or (previous is None and self._settling(key, status)):
             return
-        if previous is not False and not status.up:
-            log.warning(
-                "source down source=%s target=%s reason=%s",
-                status.source,
-                status.target or "-",
+        if previous == "absent" and status.error in UNSETTLED:
+            return  # a retry still starting says nothing new about an absent source
+        self._state[key] = state
+        where = (status.source, status.target or "-")
+        if state == "absent":
+            log.info(
+                "source absent source=%s target=%s reason=%s hint=%s",
+                *where,
                 status.error,
+                status.hint,
             )
-        elif previous is False and status.up:
-            log.info("source up source=%s target=%s", status.source, status.target or "-")
+        elif state == "down":
+            log.warning("source down source=%s target=%s reason=%s", *where, status.error)
+        elif previous is not None:
+            log.info("source up source=%s target=%s", *where)
+
+    def _settling(self, key: tuple[str, str | None], status: SourceStatus) -> bool:
+        """True while a source not heard from yet is still starting (nothing to log)."""
+        if status.up or status.error not in UNSETTLED:
+            return False
+        calls = self._unsettled[key] = self._unsettled.get(key, 0) + 1
+        return calls <= SETTLE_CALLS
 
 
 def run_source(
@@ -112,6 +133,10 @@ def run_source(
     started = clock()
     try:
         value = call()
+    except SourceAbsent as exc:
+        took = clock() - started
+        status = SourceStatus(name, False, took, exc.reason, target, absent=True, hint=exc.hint)
+        return SourceResult(None, status)
     except SourceError as exc:
         return SourceResult(None, SourceStatus(name, False, clock() - started, exc.reason, target))
     except Exception as exc:  # the wrapper is the one place that catches broadly

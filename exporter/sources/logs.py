@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO, Final, Protocol, cast
 
-from exporter.base.errors import SourceError
+from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import LogReading, RawLogLine
 from exporter.config import Target
 from exporter.core.classify import might_matter, redact
@@ -61,6 +61,14 @@ MAX_READ_BYTES: Final = 8 * 2**20
 #: Entries ``journalctl`` shows from before the exporter started, when no cursor is saved.
 JOURNALCTL_BACKLOG_LINES: Final = 2000
 SYSTEM_JOURNAL_DIRS: Final = ("/var/log/journal", "/run/log/journal")
+NO_LOG_FILE_HINT: Final = (
+    "the target's log_file does not exist (yet): the engine writes it when it starts; if it "
+    "should be there, check the target's log_file"
+)
+NO_JOURNAL_HINT: Final = (
+    "no systemd journal on this host (/var/log/journal, /run/log/journal): set journal = false "
+    "and a log_file in the target, or mount the journal into the exporter's container"
+)
 _JOURNAL_MAGIC: Final = b"LPKSHHRH"
 _CHUNK: Final = 64 * 1024
 
@@ -104,8 +112,8 @@ def _save_state(path: str | None, data: Mapping[str, object]) -> bool:
 
 
 def _open_error(exc: OSError) -> SourceError:
-    if isinstance(exc, FileNotFoundError):
-        return SourceError("missing", "log file not found")
+    if isinstance(exc, FileNotFoundError):  # nothing to read yet: no data, not a failure
+        return SourceAbsent("missing", "log file not found", hint=NO_LOG_FILE_HINT)
     if isinstance(exc, PermissionError):
         return SourceError("permission_denied", "log file not readable")
     if isinstance(exc, IsADirectoryError):
@@ -379,12 +387,12 @@ def inspect_journal(dirs: Iterable[str]) -> JournalFiles:
     """Check journal files ourselves: python-systemd silently skips unreadable or corrupt ones.
 
     Raises:
-        SourceError: ``missing`` when no directory exists, ``permission_denied`` when one
-            cannot be listed.
+        SourceAbsent: ``missing`` when no directory exists (a host without a journal).
+        SourceError: ``permission_denied`` when one cannot be listed.
     """
     existing = [d for d in dirs if os.path.isdir(d)]
     if not existing:
-        raise SourceError("missing", "no journal directory")
+        raise SourceAbsent("missing", "no journal directory", hint=NO_JOURNAL_HINT)
     readable: list[str] = []
     unreadable: list[str] = []
     corrupt: list[str] = []

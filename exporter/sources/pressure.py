@@ -3,7 +3,7 @@
 A host that is about to OOM-kill an engine shows it here first: tasks stalling on reclaim.
 Beside a cold start that slows down, that is the evidence which tells memory starvation
 from a slow disk. Kernels without PSI (before 4.20, or booted with ``psi=0``) lack the file:
-the source then reports ``not_supported`` and nothing else changes.
+the source then reads as absent (``not_supported``), not down, and nothing else changes.
 """
 
 from __future__ import annotations
@@ -11,11 +11,16 @@ from __future__ import annotations
 import errno
 from typing import Final
 
-from exporter.base.errors import SourceError
+from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import MemoryPressure
 from exporter.sources import Scope
 
 PSI_MEMORY: Final = "/proc/pressure/memory"
+#: No config key turns this source on or off: the kernel decides.
+NO_PSI_HINT: Final = (
+    "no PSI in this kernel (before 4.20, or booted with psi=0): boot with psi=1 to turn it on; "
+    "nothing else depends on it"
+)
 _PERCENT: Final = 100.0
 _MICROSECONDS: Final = 1e6
 
@@ -56,19 +61,22 @@ class MemoryPressureSource:
         """The pressure now.
 
         Raises:
-            SourceError: no PSI on this kernel ("not_supported"), the file is unreadable
-                ("permission_denied") or not in PSI's format ("malformed").
+            SourceAbsent: no PSI on this kernel ("not_supported").
+            SourceError: the file is unreadable ("permission_denied") or not in PSI's format
+                ("malformed").
         """
         try:
             with open(self._path, encoding="ascii") as fh:
                 text = fh.read(4096)
         except FileNotFoundError as exc:
-            raise SourceError("not_supported", f"{self._path} is missing") from exc
+            raise SourceAbsent(
+                "not_supported", f"{self._path} is missing", hint=NO_PSI_HINT
+            ) from exc
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM):
                 raise SourceError("permission_denied", str(exc)) from exc
             if exc.errno == errno.EOPNOTSUPP:  # the file exists but psi=0 disabled it
-                raise SourceError("not_supported", str(exc)) from exc
+                raise SourceAbsent("not_supported", str(exc), hint=NO_PSI_HINT) from exc
             raise
         try:
             return parse_psi(text)

@@ -196,6 +196,8 @@ def snapshot():
             SourceStatus("process", True, 0.0002, target="llama"),
             SourceStatus("nvml", False, 0.5, error="timeout"),
             SourceStatus("disk", True, 0.0001),
+            # a unit's journal on a host without one: absent, which is no failure
+            SourceStatus("logs", False, 0.00002, "missing", "kimi", absent=True, hint="-"),
         ),
         source_errors=(("nvml", 3),),
         tick_duration_seconds=0.012,
@@ -245,6 +247,15 @@ def test_golden_exposition(update_golden, name, make):
     if update_golden:
         golden.write_text(text)
     assert text == golden.read_text(), "rerun with --update-golden and review the diff"
+
+
+def test_an_absent_source_says_so_and_never_reads_as_down():
+    text = render(snapshot())
+    assert 'inference_exporter_source_absent{source="logs",target="kimi"} 1.0' in text
+    assert 'inference_exporter_source_up{source="logs",target="kimi"}' not in text
+    # a source that broke is down, not absent
+    assert 'inference_exporter_source_up{source="nvml",target=""} 0.0' in text
+    assert 'inference_exporter_source_absent{source="nvml"' not in text
 
 
 def test_mig_devices_get_one_series_each_and_a_server_its_slice():
@@ -385,7 +396,12 @@ def test_series_budget_two_targets_eight_gpus_under_200():
     snap = snapshot()
     healthy = tuple(replace(snap.gpus[0], index=i, uuid=f"GPU-{i}") for i in range(8))
     gpus = tuple(map(_without_health, healthy))
-    base = replace(snap, gpus=gpus, targets=tuple(map(_without_optional_features, snap.targets)))
+    base = replace(
+        snap,
+        gpus=gpus,
+        targets=tuple(map(_without_optional_features, snap.targets)),
+        sources=tuple(s for s in snap.sources if not s.absent),
+    )
     typical = _series(base)
     assert typical < 200, typical
     # GPU health where the driver gives all of it: by default a healthy GPU adds no series
@@ -395,8 +411,9 @@ def test_series_budget_two_targets_eight_gpus_under_200():
     assert _series(replace(base, gpus=healthy, all_gpu_health=True)) - typical == 8 * 13
     # one target woke once, reports its load time and has one GPU held by its leftovers;
     # bounds: one series per phase of a finished start (3 here), one per bound while starting
+    # and an absent source has its duration and its absent gauge
     added = _series(replace(snap, gpus=gpus)) - typical
-    assert added == (len(WAKE_BUCKETS) + 3) + 2 + 1 + 3 + len(Bound), added
+    assert added == (len(WAKE_BUCKETS) + 3) + 2 + 1 + 3 + len(Bound) + 2, added
 
 
 def test_before_the_first_tick_only_build_info_is_rendered():

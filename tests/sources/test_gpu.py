@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.base.errors import SourceError
+from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.config import Settings, Target
 from exporter.core.observe import attribute_gpu_memory
@@ -215,23 +215,27 @@ def test_a_gpu_whose_handle_is_refused_is_down_with_a_reason(make_source, state)
 
 
 @pytest.mark.integration
-def test_missing_library_reports_library_not_found_without_a_crash_loop(
+def test_missing_library_is_absent_not_down_without_a_crash_loop(
     make_source, state, tmp_path, caplog
 ):
     empty = tmp_path / "no-driver"
     empty.mkdir()
     source = make_source(library_dir=str(empty), backoff_initial=30.0)
 
-    reasons = {failure(source).reason}
+    errors = [failure(source)]
     for _ in range(20):
         with pytest.raises(SourceError) as raised:
             source.sample()
-        reasons.add(raised.value.reason)
+        errors.append(raised.value)
 
-    assert reasons == {"library_not_found"}
+    assert {e.reason for e in errors} == {"library_not_found"}
+    assert all(isinstance(e, SourceAbsent) for e in errors), "a host without NVIDIA is not down"
     assert source.child_starts == 1
-    hints = [r.message for r in caplog.records if "reason=library_not_found" in r.message]
-    assert len(hints) == 1 and "install the NVIDIA driver" in hints[0]
+    # The hint names the real keys: the one that turns NVML off and the library's directory.
+    hint = errors[0].hint
+    assert "nvml = false" in hint and "nvml_library_dir" in hint
+    assert "install the NVIDIA driver" in hint
+    assert not [r for r in caplog.records if "nvml down" in r.message]
 
 
 @pytest.mark.integration

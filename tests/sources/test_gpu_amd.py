@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.base.errors import ConfigErrors, SourceError
+from exporter.base.errors import ConfigErrors, SourceAbsent, SourceError
 from exporter.base.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.config import Settings, load_settings
 from exporter.core.observe import attribute_gpu_memory
@@ -146,11 +146,12 @@ def test_missing_library_says_library_not_found_with_an_amd_hint(
     empty.mkdir()
     source = make_source(library_dir=str(empty), backoff_initial=30.0)
 
-    assert failure(source).reason == "library_not_found"
+    absent = failure(source)
+    assert isinstance(absent, SourceAbsent) and absent.reason == "library_not_found"
     assert source.child_starts == 1
-    down = "amdsmi down reason=library_not_found"
-    hints = [r.message for r in caplog.records if down in r.message]
-    assert len(hints) == 1 and "amd-smi-lib" in hints[0]
+    assert "amd-smi-lib" in absent.hint
+    assert "amdsmi = false" in absent.hint and "amdsmi_library_dir" in absent.hint
+    assert not [r for r in caplog.records if "amdsmi down" in r.message]
 
 
 @pytest.mark.integration

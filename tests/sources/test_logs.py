@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from exporter.base.errors import SourceError
+from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.config import Target
 from exporter.core.classify import MAX_LINE_CHARS, LogClassifier
@@ -199,12 +199,12 @@ def test_truncation_in_place_starts_over(tmp_path, closing):
     assert events[0].line_no == 1
 
 
-def test_a_missing_file_is_a_source_error_until_it_appears(tmp_path, closing):
+def test_a_missing_file_is_absent_until_it_appears(tmp_path, closing):
     log = tmp_path / "engine.log"
     src = closing(Classified(FileLogSource(str(log))))
-    with pytest.raises(SourceError) as err:
+    with pytest.raises(SourceAbsent) as err:  # not written yet: no data, not a failure
         src.read()
-    assert err.value.reason == "missing"
+    assert err.value.reason == "missing" and "log_file" in err.value.hint
     log.write_bytes(b"INFO 05-12 02:45:10 hello\n")
     assert texts(src.read()) == ["INFO 05-12 02:45:10 hello"]
 
@@ -280,7 +280,7 @@ def test_a_real_writer_process_is_followed_live(tmp_path, closing):
 
 CHILD = r"""
 import os, pwd, sys
-from exporter.base.errors import SourceError
+from exporter.base.errors import SourceAbsent, SourceError
 from exporter.sources.logs import FileLogSource, JournalLogSource
 import systemd.journal  # imported on first use by the source: here before dropping root
 kind, path, drop = sys.argv[1], sys.argv[2], sys.argv[3] == "drop"
@@ -536,11 +536,12 @@ def test_only_corrupt_journal_files_are_a_source_error(journal, closing):
     assert err.value.reason == "corrupt"
 
 
-def test_a_missing_journal_directory_is_a_source_error(tmp_path, closing):
+def test_a_host_without_a_journal_reads_as_absent_with_the_keys_to_use(tmp_path, closing):
     src = closing(Journal(tmp_path / "nowhere").source())
-    with pytest.raises(SourceError) as err:
+    with pytest.raises(SourceAbsent) as err:
         src.read()
     assert err.value.reason == "missing"
+    assert "journal = false" in err.value.hint and "log_file" in err.value.hint
 
 
 @pytest.mark.integration

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import RawLogLine
 from exporter.sources import (
     DEADLINE_EXCEEDED,
     STILL_RUNNING,
     Scope,
     SourceCall,
+    SourceHealth,
     SourceRunner,
     run_source,
 )
@@ -99,9 +101,71 @@ def test_psi_lines_become_ratios_and_seconds():
     assert (pressure.some_seconds, pressure.full_seconds) == (2.5, 0.5)
 
 
-def test_a_kernel_without_psi_is_not_supported_rather_than_broken(tmp_path):
+def test_a_kernel_without_psi_is_absent_rather_than_broken(tmp_path):
     result = run_source("memory_pressure", MemoryPressureSource(str(tmp_path / "none")).sample)
-    assert (result.status.up, result.status.error) == (False, "not_supported")
+    assert (result.status.up, result.status.absent, result.status.error) == (
+        False,
+        True,
+        "not_supported",
+    )
+    assert result.status.hint is not None and "psi=1" in result.status.hint
+
+
+def _absent() -> None:
+    raise SourceAbsent("library_not_found", hint="set nvml = false in [exporter]")
+
+
+def _down(reason: str) -> None:
+    raise SourceError(reason)
+
+
+def test_an_absent_source_is_logged_once_with_its_hint_and_never_as_down(caplog):
+    caplog.set_level("INFO", logger="exporter.sources")
+    health = SourceHealth()
+    for _ in range(5):
+        health.record(run_source("nvml", _absent).status)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "source absent source=nvml target=- reason=library_not_found"
+        " hint=set nvml = false in [exporter]"
+    ]
+
+
+def test_an_absent_sources_retry_still_starting_keeps_it_absent(caplog):
+    caplog.set_level("INFO", logger="exporter.sources")
+    health = SourceHealth()
+    for call in (_absent, lambda: _down("starting"), lambda: _down(DEADLINE_EXCEEDED), _absent):
+        health.record(run_source("nvml", call).status)
+    assert len(caplog.records) == 1 and "source absent" in caplog.records[0].getMessage()
+
+
+def test_a_source_that_breaks_after_being_absent_is_down(caplog):
+    caplog.set_level("INFO", logger="exporter.sources")
+    health = SourceHealth()
+    health.record(run_source("nvml", _absent).status)
+    health.record(run_source("nvml", lambda: _down("driver_not_loaded")).status)
+    assert [r.levelname for r in caplog.records] == ["INFO", "WARNING"]
+    assert "source down source=nvml" in caplog.records[1].getMessage()
+
+
+def test_a_source_still_starting_on_its_first_ticks_is_not_logged_as_down(caplog):
+    caplog.set_level("INFO", logger="exporter.sources")
+    health = SourceHealth()
+    for reason in (DEADLINE_EXCEEDED, "starting"):
+        health.record(run_source("nvml", lambda r=reason: _down(r)).status)
+    health.record(run_source("nvml", _absent).status)
+    assert [r.getMessage().split(" hint=")[0] for r in caplog.records] == [
+        "source absent source=nvml target=- reason=library_not_found"
+    ]
+
+
+def test_a_source_that_never_gets_past_starting_is_logged_as_down_at_last(caplog):
+    health = SourceHealth()
+    for _ in range(11):
+        health.record(run_source("nvml", lambda: _down(STILL_RUNNING)).status)
+    assert [r.getMessage() for r in caplog.records] == [
+        "source down source=nvml target=- reason=still_running"
+    ]
 
 
 def test_this_hosts_memory_pressure_reads_as_ratios():

@@ -382,7 +382,7 @@
       return;
     }
     main.replaceChildren(...doc.targets.map((t) => card(t, readRate(t, doc.taken_at))));
-    const down = (doc.sources || []).filter((s) => !s.up)
+    const down = (doc.sources || []).filter((s) => !s.up && s.state !== "absent")
       .map((s) => s.source + (s.target ? "/" + s.target : "") + (s.error ? " (" + s.error + ")" : ""));
     footer.textContent = "updated " + new Date(doc.taken_at * 1000).toLocaleTimeString() +
       " · exporter " + doc.version + (down.length ? " · sources down: " + down.join(", ") : "");

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final, NoReturn, cast
 
-from exporter.base.errors import SourceError
+from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import GpuProcess, GpuReading, GpuSample, MigSample
 from exporter.core.gpuhealth import xid_label
 from exporter.sources import Scope
@@ -65,15 +65,21 @@ _CODE_REASONS: Final[dict[int, NvmlReason]] = {
     18: NvmlReason.VERSION_MISMATCH,
 }
 
+#: Reasons that mean "this vendor's library is not on this host": the source is absent, not
+#: down, until it has worked once.
+ABSENT_REASONS: Final = frozenset({NvmlReason.LIBRARY_NOT_FOUND, NvmlReason.BINDING_MISSING})
+
 _HINTS: Final[dict[NvmlReason, str]] = {
-    NvmlReason.LIBRARY_NOT_FOUND: "no libnvidia-ml.so.1 on the loader path: install the NVIDIA "
-    "driver, or point library_dir at it",
+    NvmlReason.LIBRARY_NOT_FOUND: "no libnvidia-ml.so.1 on the loader path: on a host without "
+    "NVIDIA GPUs set nvml = false in [exporter]; otherwise install the NVIDIA driver or point "
+    "nvml_library_dir at it",
     NvmlReason.DRIVER_NOT_LOADED: "the nvidia kernel module is not loaded: check lsmod and dmesg",
     NvmlReason.VERSION_MISMATCH: "driver library and kernel module differ (driver upgraded "
     "without a reboot): reboot or reload the nvidia modules",
     NvmlReason.NO_PERMISSION: "cannot open /dev/nvidia*: check device permissions or the "
     "unit's DeviceAllow=",
-    NvmlReason.BINDING_MISSING: "the pynvml module is missing: install nvidia-ml-py",
+    NvmlReason.BINDING_MISSING: "the pynvml module is missing: install nvidia-ml-py, or set "
+    "nvml = false in [exporter]",
     NvmlReason.TIMEOUT: "an NVML call hung (driver stuck?): the child is killed and restarted",
     NvmlReason.CRASHED: "the NVML child died (NVML segfault?): it is restarted with backoff",
 }
@@ -345,7 +351,7 @@ class GpuSource:
         self._pid_max = _read_pid_max()
         self._worker: _Worker | None = None
         self._dying: list[_Worker] = []
-        self._ready = self._described = False
+        self._ready = self._described = self._worked = False
         self._in_flight = False
         self._retry_at = 0.0
         self._failure: NvmlReason | None = None
@@ -377,7 +383,7 @@ class GpuSource:
         if line is None:
             if not was_ready:
                 # Asked only after this call waited for the child's init: give it a full turn.
-                raise SourceError(NvmlReason.STARTING, "first answer of a new NVML child pending")
+                raise self._error(NvmlReason.STARTING, "first answer of a new NVML child pending")
             self._fail(NvmlReason.TIMEOUT, f"no answer within {self._call_timeout:g}s")
         self._in_flight = False
         return self._accept(cast(Reply, self._decode(line)))
@@ -412,7 +418,7 @@ class GpuSource:
         """The running, initialised child; starts one when the backoff allows."""
         if self._worker is None:
             if self._clock() < self._retry_at:
-                raise SourceError(self._failure or NvmlReason.STARTING, "waiting to retry")
+                raise self._error(self._failure or NvmlReason.STARTING, "waiting to retry")
             self._spawn()
         assert self._worker is not None
         if not self._ready:
@@ -439,7 +445,7 @@ class GpuSource:
         if line is None:
             if self._clock() >= init_deadline:
                 self._fail(NvmlReason.TIMEOUT, f"NVML init took over {self._init_timeout:g}s")
-            raise SourceError(NvmlReason.STARTING, "NVML child still initialising")
+            raise self._error(NvmlReason.STARTING, "NVML child still initialising")
         hello = cast(Hello, self._decode(line))
         if not hello.get("ok"):
             code = hello.get("code")
@@ -449,7 +455,7 @@ class GpuSource:
                 else self.code_reasons.get(int(code), NvmlReason.INIT_FAILED)
             )
             self._fail(reason, f"nvmlInit code={code} message={hello.get('message')}")
-        self._ready = True
+        self._ready = self._worked = True
         self._log_binding(hello)
 
     def _decode(self, line: bytes) -> dict[str, object]:
@@ -584,7 +590,8 @@ class GpuSource:
         self._ready = False
         self._in_flight = False
         self._retry_at = self._clock() + self._backoff
-        if reason != self._failure:
+        error = self._error(reason, detail)
+        if reason != self._failure and not isinstance(error, SourceAbsent):
             log.warning(
                 "%s down reason=%s detail=%s hint=%s retry_in_s=%.1f",
                 self.name,
@@ -597,7 +604,19 @@ class GpuSource:
         self._failure = reason
         if self.last_reading is not None and not self.last_reading.stale:
             self.last_reading = replace(self.last_reading, stale=True)
-        raise SourceError(reason, detail)
+        raise error
+
+    def _error(self, reason: NvmlReason, detail: str) -> SourceError:
+        """Absent while the library was never there (the runner logs its hint once), else down.
+
+        A retry's child that is still starting keeps an absent source absent: only its answer
+        can say the library has come.
+        """
+        if reason is NvmlReason.STARTING and self._failure in ABSENT_REASONS:
+            reason = self._failure
+        if reason in ABSENT_REASONS and not self._worked:
+            return SourceAbsent(reason, detail, hint=self.hints.get(reason, "-"))
+        return SourceError(reason, detail)
 
     def _reap_dying(self) -> None:
         self._dying = [worker for worker in self._dying if not worker.reap(0)]

@@ -4,7 +4,7 @@ Auto-detect: the NVML child runs unless ``nvml = false``; the AMD child runs whe
 ``libamd_smi.so`` is where the ``amdsmi`` binding looks (``amdsmi = false`` turns it off).
 When both run, a vendor whose library turns out absent is "not present", not down: an AMD
 host does not alert on its missing NVML. With no ``libamd_smi.so`` only NVML runs, and
-without its library it says why, as it always has.
+without its library it reads as absent (``SourceAbsent``), with the keys that turn it off.
 
 GPU indices when both vendors are present: NVIDIA's first, as NVML numbers them, then AMD's
 after the last NVIDIA one (AMD index i is exported as ``gpu = nvidia_count + i``). On a host
@@ -26,12 +26,9 @@ from exporter.base.model import GpuReading
 from exporter.config import Settings
 from exporter.sources import Scope
 from exporter.sources.gpu.amd.source import AmdGpuSource, amdsmi_library_present
-from exporter.sources.gpu.source import GpuSource, NvmlReason
+from exporter.sources.gpu.source import ABSENT_REASONS, GpuSource
 
 log = logging.getLogger(__name__)
-
-#: Reasons that mean "this vendor's library is not on this host", not "it failed".
-_ABSENT: Final = frozenset({NvmlReason.LIBRARY_NOT_FOUND, NvmlReason.BINDING_MISSING})
 
 
 class OptionalVendor:
@@ -61,7 +58,7 @@ class OptionalVendor:
         try:
             return self.source.sample(deadline)
         except SourceError as exc:
-            if exc.reason not in _ABSENT:
+            if exc.reason not in ABSENT_REASONS:
                 raise
             if not self._said_absent:
                 self._said_absent = True

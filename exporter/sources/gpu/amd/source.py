@@ -29,12 +29,14 @@ _CODE_REASONS: Final[dict[int, NvmlReason]] = {
 }
 
 _HINTS: Final[dict[NvmlReason, str]] = {
-    NvmlReason.LIBRARY_NOT_FOUND: "no libamd_smi.so: install amd-smi-lib (ROCm), set ROCM_PATH, "
-    "or point amdsmi_library_dir at it",
+    NvmlReason.LIBRARY_NOT_FOUND: "no libamd_smi.so: on a host without AMD GPUs set amdsmi = "
+    "false in [exporter]; otherwise install amd-smi-lib (ROCm), set ROCM_PATH, or point "
+    "amdsmi_library_dir at it",
     NvmlReason.DRIVER_NOT_LOADED: "the amdgpu kernel module is not loaded: check lsmod and dmesg",
     NvmlReason.NO_PERMISSION: "cannot open /dev/kfd or /dev/dri/*: add the user to the video "
     "and render groups, or check the unit's DeviceAllow=",
-    NvmlReason.BINDING_MISSING: "the amdsmi module is missing: pip install amdsmi",
+    NvmlReason.BINDING_MISSING: "the amdsmi module is missing: pip install amdsmi, or set "
+    "amdsmi = false in [exporter]",
     NvmlReason.TIMEOUT: "an amd-smi call hung (driver stuck?): the child is killed and restarted",
     NvmlReason.CRASHED: "the amd-smi child died (segfault?): it is restarted with backoff",
 }
