@@ -52,6 +52,11 @@ class BoundThresholds:
             simulator's vLLM spends 60 % of it capturing, a mean of 36 %).
         loaded_bytes: resident or GPU memory grown this much in a loading phase with few
             reads: the weights came from the page cache.
+        cached_share: a loading phase that read less than this share of what its resident
+            memory grew by loaded from the page cache, however fast it read the rest
+            (libraries, a tokenizer: a warm 600 GiB load still reads a few hundred MiB).
+            Resident, not GPU memory: mmap'd weights count there as they are touched,
+            from the disk or from the cache alike.
         slower_ratio: a phase this many times longer than the fastest earlier start's
             is worth saying so (a compile cache miss, a cold cache).
         idle_seconds: a running phase in which nothing moved for this long is idle now,
@@ -65,6 +70,7 @@ class BoundThresholds:
     busy_cores: float = 0.1
     busy_gpu_ratio: float = 0.3
     loaded_bytes: int = 16 * 1024 * 1024
+    cached_share: float = 0.1
     slower_ratio: float = 1.5
     idle_seconds: float = 10.0
 
@@ -101,6 +107,7 @@ class PhaseFigures:
         gpu_busy_seconds: GPU utilisation integrated over time (0.5 for 1 s at 50 %).
         gpu_seconds: time with a GPU utilisation reading (the mean's denominator).
         memory_grown_bytes: resident plus GPU memory gained over the phase.
+        rss_grown_bytes: resident memory gained over the phase.
         peer_lines: log lines that say it waits on other ranks or nodes.
         evidence: the last such line, cut.
         quiet_seconds: time since a tick last saw reads, busy cores or GPU, a download
@@ -116,6 +123,7 @@ class PhaseFigures:
     gpu_busy_seconds: float = 0.0
     gpu_seconds: float = 0.0
     memory_grown_bytes: int = 0
+    rss_grown_bytes: int = 0
     peer_lines: int = 0
     evidence: str | None = None
     quiet_seconds: float = 0.0
@@ -162,6 +170,7 @@ class Reading:
     cpu_seconds: float
     download_bytes: int
     memory_bytes: int
+    rss_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +228,7 @@ def track(
         p.cpu_seconds,
         state.download_bytes,
         p.rss_bytes + (obs.gpu_memory_bytes or 0),
+        p.rss_bytes,
     )
     last = bounds.last
     if current.finished:
@@ -273,6 +283,7 @@ def _accumulated(
         gpu_busy_seconds=f.gpu_busy_seconds + (gpu_ratio or 0.0) * dt,
         gpu_seconds=f.gpu_seconds + (dt if gpu_ratio is not None else 0.0),
         memory_grown_bytes=f.memory_grown_bytes + grown,
+        rss_grown_bytes=f.rss_grown_bytes + max(0, now.rss_bytes - last.rss_bytes),
         peer_lines=f.peer_lines + len(peers),
         evidence=peers[-1][:EVIDENCE_CHARS] if peers else f.evidence,
         quiet_seconds=0.0 if moved else f.quiet_seconds + dt,
@@ -343,10 +354,14 @@ def bound_of(
         return Bound.NETWORK if f.download_bytes else Bound.IDLE
     if f.peer_lines and not (reading or busy_gpu):  # NCCL busy-polls a core while it waits
         return Bound.PEERS
+    grew = f.memory_grown_bytes >= th.loaded_bytes
+    mapped = f.rss_grown_bytes >= th.loaded_bytes
+    if f.phase is Phase.LOADING and mapped and f.read_bytes < th.cached_share * f.rss_grown_bytes:
+        return Bound.PAGE_CACHE
     if reading:
         slower = best is not None and rate < th.near_best_ratio * best
         return Bound.CPU if busy_cpu and slower else Bound.DISK
-    moved = f.memory_grown_bytes >= th.loaded_bytes or busy_cpu or not running
+    moved = grew or busy_cpu or not running
     if f.phase is Phase.LOADING and moved:
         return Bound.PAGE_CACHE
     if busy_gpu and busy_cpu:  # a mixed phase: the resource further past its threshold

@@ -32,6 +32,7 @@ def phase_bound_doc(p: PhaseBound) -> PhaseBoundDoc:
         "download_bytes": f.download_bytes,
         "gpu_utilization_ratio": f.gpu_ratio,
         "memory_grown_bytes": f.memory_grown_bytes,
+        "resident_grown_bytes": f.rss_grown_bytes,
         "peer_lines": f.peer_lines,
         "best_read_bytes_per_second": p.best_read_bytes_per_second,
         "would_take_seconds": p.would_take_seconds,

@@ -134,6 +134,7 @@ class PhaseBoundDoc(TypedDict):
     download_bytes: int
     gpu_utilization_ratio: float | None
     memory_grown_bytes: int
+    resident_grown_bytes: int
     peer_lines: int
     best_read_bytes_per_second: float | None
     would_take_seconds: float | None

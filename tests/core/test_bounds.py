@@ -171,3 +171,16 @@ def test_a_load_that_stopped_reading_is_idle_once_quiet_for_ten_seconds():
     now = verdicts(b, THRESHOLDS).current
     assert now.bound is Bound.IDLE
     assert "idle (a lock, a sleep, a hang in the making)" in now.advice
+
+
+def test_a_warm_load_that_reads_its_libraries_still_came_from_the_page_cache():
+    e = Engine()
+    b = e.run(Phase.LOADING, start(e), 10, read=20 * MIB, rss=2 * GIB)
+    v = verdicts(finish(e, b), THRESHOLDS)
+    assert phases(v)["loading"] == "page_cache"  # 200 MiB read, 20 GiB mapped
+
+
+def test_gpu_memory_grown_by_a_cold_load_is_no_sign_of_the_page_cache():
+    e = Engine()
+    b = e.run(Phase.LOADING, start(e), 10, read=20 * MIB, rss=20 * MIB, gpu_mem=2 * GIB)
+    assert phases(verdicts(finish(e, b), THRESHOLDS))["loading"] == "disk"

@@ -39,7 +39,13 @@ def slow_start() -> Snapshot:
         T0 - 3600,
         (
             PhaseFigures(Phase.STARTING, 28.0, cpu_seconds=40.0),
-            PhaseFigures(Phase.LOADING, 48.0, read_bytes=2 * GiB, memory_grown_bytes=600 * GiB),
+            PhaseFigures(
+                Phase.LOADING,
+                48.0,
+                read_bytes=2 * GiB,
+                memory_grown_bytes=600 * GiB,
+                rss_grown_bytes=600 * GiB,
+            ),
             PhaseFigures(Phase.INITIALIZING, 40.0, cpu_seconds=60.0),
         ),
         finished=True,

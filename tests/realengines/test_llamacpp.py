@@ -136,26 +136,30 @@ def test_wait_returns_zero_once_the_real_engine_is_ready(tmp_path, llama_server,
 def test_a_cold_page_cache_reads_disk_and_a_warm_one_the_page_cache(
     tmp_path, llama_server, gguf_models
 ):
-    """Two starts of one model: its cached pages dropped first, then read once beforehand.
+    """Two starts of one model, its pages dropped from the page cache before the first.
 
-    Both run in the same read throttle, which slows the disk and not the page cache: the
-    cold load reads at the throttle's rate and is disk-bound, the warm one barely reads.
+    ``--load-mode none`` reads the weights into llama.cpp's own buffers: the cold start's
+    reads reach the disk (throttled, so the load lasts seconds) and leave the pages cached,
+    the warm one reads them from the cache, which the throttle does not slow. A warm load
+    of 105 MB may end within one tick: then it shows no loading phase at all, and its start
+    is far shorter than the cold one's.
     """
     model = gguf_models["medium"]
     if reason := throttle_unavailable(model):
         pytest.skip(f"cannot make the load last seconds: {reason}")
     port, log_file = free_port(), tmp_path / "llama-server.log"
     with exporter(tmp_path, _llama_target(port, log_file, model), interval=INTERVAL) as exp:
-        starts = []
+        starts: list[dict] = []
         for warm in (False, True):
-            if warm:
-                model.read_bytes()  # every page of the model in the page cache
-            else:
+            if not warm:
                 drop_from_page_cache(model)
             with (
                 throttled_reads(model, THROTTLE_BYTES_PER_SECOND) as cgroup,
                 engine_process(
-                    llama_server_cmd(llama_server, model, port), log_file, port, cgroup=cgroup
+                    llama_server_cmd(llama_server, model, port, load_mode="none"),
+                    log_file,
+                    port,
+                    cgroup=cgroup,
                 ) as engine,
             ):
                 seen = [s["started_at"] for s in starts]
@@ -172,10 +176,14 @@ def test_a_cold_page_cache_reads_disk_and_a_warm_one_the_page_cache(
                 ).samples[-1]
             starts.append(done)
     cold, warm = ({b["phase"]: b for b in s["last_start_bounds"]} for s in starts)
-    print("cold:", [b["advice"] for b in cold.values()])
-    print("warm:", [b["advice"] for b in warm.values()])
+    print("cold:", *(b["advice"] for b in cold.values()), sep="\n  ")
+    print("warm:", *(b["advice"] for b in warm.values()), sep="\n  ")
     assert cold["loading"]["bound"] == "disk", cold["loading"]
     assert cold["loading"]["read_bytes"] >= model.stat().st_size // 2
     assert "disk-bound" in cold["loading"]["advice"]
-    assert warm["loading"]["bound"] == "page_cache", warm["loading"]
-    assert "the weights came from the page cache: a warm start" in warm["loading"]["advice"]
+    if "loading" in warm:
+        assert warm["loading"]["bound"] == "page_cache", warm["loading"]
+        assert "the weights came from the page cache" in warm["loading"]["advice"]
+        assert warm["loading"]["read_bytes"] < model.stat().st_size // 10
+    took = [sum(b["seconds"] for b in bounds.values()) for bounds in (cold, warm)]
+    assert took[1] < took[0] / 2, took
