@@ -337,14 +337,28 @@ class LogReading:
 
     Attributes:
         lines: the lines read, redacted, not yet classified.
-        backlog_bytes: bytes written to the log and not read yet (0 when caught up or unknown).
+        backlog_bytes: bytes written to the log and not read yet (0 when caught up), None
+            from a source that cannot tell (journald): the snapshot then shows no backlog.
         behind_since: when the source fell behind (read less than was there), None when
             caught up: ``now - behind_since`` is how late its lines are.
     """
 
     lines: tuple[RawLogLine, ...] = ()
-    backlog_bytes: int = 0
+    backlog_bytes: int | None = None
     behind_since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSize:
+    """The size of a target's model weights on disk, for read-based progress.
+
+    Attributes:
+        weights_bytes: bytes of the weight files at the model path (the file itself, or the
+            files with a weights suffix under the directory); None when unknown: no such
+            path, no weight files, or too many files to be a model (a path of ``/``).
+    """
+
+    weights_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,14 +21,19 @@ from exporter.base.model import (
     HostReadings,
     LogEvent,
     LogReading,
+    ModelSize,
     Observation,
+    Phase,
     ProbeResult,
     ProcessSample,
     RawLogLine,
 )
+from exporter.core.advice import Verdicts
+from exporter.core.bounds import Bounds
 from exporter.core.classify import LogClassifier, might_matter
 from exporter.core.gpuhealth import gpu_errors
 from exporter.core.lifecycle import TargetState, Thresholds, step
+from exporter.core.trail import Trails
 
 
 def host_readings(values: Mapping[str, object]) -> HostReadings:
@@ -37,20 +42,38 @@ def host_readings(values: Mapping[str, object]) -> HostReadings:
     A value of another type (or None: the source failed) leaves its field None, so a source
     and its field only have to share a name and a type.
     """
-    hints = _host_fields()
+    return dataclasses.replace(HostReadings(), **_named(HostReadings, values))
+
+
+def target_readings(
+    values: Mapping[str, object],
+    errors: Mapping[str, str] | None = None,
+    completion: ProbeResult | None = None,
+) -> TargetReadings:
+    """Each per-target source's value in the ``TargetReadings`` field named after it.
+
+    As for the host: a value of another type (None: the source failed) leaves the field at
+    its default. A failed source's reason goes in the field ``<name>_error`` where there is
+    one (``process_error``: a process source that cannot look is not a process that is gone).
+    """
+    kept = _named(TargetReadings, values)
+    kept.update(_named(TargetReadings, {f"{n}_error": e for n, e in (errors or {}).items()}))
+    return dataclasses.replace(TargetReadings(completion=completion), **kept)
+
+
+def _named(cls: type, values: Mapping[str, object]) -> dict[str, Any]:
+    """The values whose name is a field of ``cls`` and whose type is the field's."""
+    hints = _fields(cls)
     # Any: each value was type-checked against its field just now, which mypy cannot follow.
-    kept: dict[str, Any] = {
-        n: v for n, v in values.items() if n in hints and isinstance(v, hints[n])
-    }
-    return dataclasses.replace(HostReadings(), **kept)
+    return {n: v for n, v in values.items() if n in hints and isinstance(v, hints[n])}
 
 
 @cache
-def _host_fields() -> dict[str, tuple[type, ...]]:
+def _fields(cls: type) -> dict[str, tuple[type, ...]]:
     """Field name -> the types its value may have (``X | None`` gives ``(X,)``)."""
     return {
-        name: tuple(t for t in get_args(hint) if t is not type(None))
-        for name, hint in get_type_hints(HostReadings).items()
+        name: tuple(t for t in get_args(hint) if t is not type(None)) or (hint,)
+        for name, hint in get_type_hints(cls).items()
     }
 
 
@@ -62,18 +85,24 @@ CLASSIFY_BUDGET: Final = 1000
 class TargetReadings:
     """What one target's own sources read in one tick.
 
+    Each field is named after the source that fills it (``Source.name``, see
+    ``target_readings``); a new per-target source adds one field here.
+
     Attributes:
         process: the process tree, None when there is none or its source failed.
         process_error: the process source's bounded error when it failed.
         logs: what the log source read: redacted, unclassified lines and its backlog.
-        health: the health probe's result, None when the probe source failed.
+        probe: the health probe's result, None when the probe source failed.
+        model_size: the model's weights on disk, None without a model path or when the
+            source failed (the last size measured then still counts).
         completion: a completion probe that finished since the last tick, if any.
     """
 
     process: ProcessSample | None = None
     process_error: str | None = None
     logs: LogReading = field(default_factory=LogReading)
-    health: ProbeResult | None = None
+    probe: ProbeResult | None = None
+    model_size: ModelSize | None = None
     completion: ProbeResult | None = None
 
 
@@ -168,6 +197,16 @@ class TargetWorld:
     #: The GPUs the target was last seen holding memory on: a GPU that fell off the bus
     #: lists no processes any more, yet its events still concern the target.
     gpu_indices: frozenset[int] = frozenset()
+    #: The movement of the current and the previous start, for the page.
+    trails: Trails = field(default_factory=Trails)
+    #: What bounded each phase of the running start, and its verdicts (``follow_bounds``).
+    bounds: Bounds = field(default_factory=Bounds)
+    verdicts: Verdicts = field(default_factory=Verdicts)
+    #: The phase and stall flag at the last tick (None: not stepped yet), to tell edges.
+    last_phase: Phase | None = None
+    last_stalled: bool = False
+    #: The last model size measured: a model-size source that failed once changes nothing.
+    weights_bytes: int | None = None
 
 
 def note_instance(world: TargetWorld, readings: TargetReadings) -> None:
@@ -294,7 +333,7 @@ def observe(
         at=now,
         process=readings.process,
         process_error=readings.process_error,
-        health=readings.health,
+        health=readings.probe,
         completion=readings.completion,
         disk_read_bytes=host.disk.read_bytes if host.disk else None,
         gpu_memory_bytes=sum(per_gpu.values()) if gpu.gpus else None,

@@ -6,7 +6,8 @@ node_exporter's ``execute()`` wraps a collector: it times it, turns any exceptio
 failed ``SourceStatus`` (``SourceAbsent`` into an absent one, which is no failure) and logs
 only edges. ``SourceRunner`` runs a tick's calls under one
 deadline that the loop enforces, so a source that blocks is reported and the others still
-count.
+count. A per-target source (``TargetSource``) also gets ``TargetSeen``: what the core made of
+its target by the last tick, so it never needs core state pushed into it.
 """
 
 from __future__ import annotations
@@ -67,6 +68,28 @@ class Source(Protocol[R_co]):
 
     def close(self) -> None:
         """Release files, sockets and child processes."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSeen:
+    """What the core made of a target by the last tick: the input of its sources' next sample.
+
+    Attributes:
+        at_rest: the server is ready, serving or asleep (no start in progress).
+        starts_finished: cold starts the target finished since it was watched; a change
+            says a start just ended (the model may have been replaced).
+    """
+
+    at_rest: bool = False
+    starts_finished: int = 0
+
+
+class TargetSource(Source[R_co], Protocol[R_co]):
+    """A source about one target: ``sample`` also takes what the core last saw of it."""
+
+    def sample(self, deadline: float, seen: TargetSeen | None = None) -> R_co:
+        """One reading, given ``seen`` (None: nothing seen yet)."""
         ...
 
 
@@ -148,10 +171,15 @@ def run_source(
 
 @dataclass(frozen=True, slots=True)
 class SourceCall:
-    """One source to sample this tick, for one target or (``target=None``) the host."""
+    """One source to sample this tick, for one target or (``target=None``) the host.
+
+    ``sample`` is the call to make with the deadline when it is not ``source.sample`` itself
+    (a per-target source's, given its ``TargetSeen``).
+    """
 
     source: Source[object]
     target: str | None = None
+    sample: Callable[[float], object] | None = None
 
 
 #: A round's queue that has not moved for this long gets one more lane (thread).
@@ -278,7 +306,7 @@ class SourceRunner:
     def _lane(self, rnd: _Round, deadline: float) -> None:
         while (slot := rnd.take(self._clock())) is not None:
             call = slot.call
-            sample = functools.partial(call.source.sample, deadline)
+            sample = functools.partial(call.sample or call.source.sample, deadline)
             rnd.finish(slot, run_source(call.source.name, sample, target=call.target))
 
     def _result(self, call: SourceCall, slot: _Slot | None) -> SourceResult[object]:

@@ -30,7 +30,7 @@ from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import LogReading, RawLogLine
 from exporter.config import Target
 from exporter.core.classify import might_matter, redact
-from exporter.sources import Scope, Source
+from exporter.sources import Scope, TargetSeen, TargetSource
 
 
 @functools.cache
@@ -73,8 +73,8 @@ _JOURNAL_MAGIC: Final = b"LPKSHHRH"
 _CHUNK: Final = 64 * 1024
 
 
-class LogSource(Source[LogReading], Protocol):
-    """What the daemon reads a target's engine log through: a ``Source`` of redacted lines."""
+class LogSource(TargetSource[LogReading], Protocol):
+    """What the daemon reads a target's engine log through: a ``TargetSource`` of redacted lines."""
 
     #: Lines one ``sample()`` returns at most.
     max_lines: int
@@ -236,7 +236,7 @@ class FileLogSource:
         #: The file's size at the last look, when it is the file open and not truncated.
         self._seen_size: int | None = None
 
-    def sample(self, deadline: float | None = None) -> LogReading:
+    def sample(self, deadline: float | None = None, seen: TargetSeen | None = None) -> LogReading:
         """The lines appended since the last call, and how much is left behind.
 
         Reads until the end of the file, ``max_lines``, ``MAX_READ_BYTES`` or shortly before
@@ -479,7 +479,7 @@ class _JournalFollower:
         #: Journal files found corrupt (and skipped) at the last check.
         self.corrupt_files: tuple[str, ...] = ()
 
-    def sample(self, deadline: float | None = None) -> LogReading:
+    def sample(self, deadline: float | None = None, seen: TargetSeen | None = None) -> LogReading:
         """The unit's entries written since the last call (at most ``max_lines``)."""
         self._prepare()
         lines: list[RawLogLine] = []

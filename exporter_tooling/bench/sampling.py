@@ -6,6 +6,7 @@ per-target source is measured in this process, through the product's own sources
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -50,6 +51,7 @@ def _source_costs(ctx: BenchContext) -> dict[str, float]:
     endpoint, which runs here too, are left out): a lower bound of what a probe costs.
     """
     from exporter.config import Target
+    from exporter.sources import TargetSeen
     from exporter.sources.disk import DiskSource
     from exporter.sources.probe import Prober
     from exporter.sources.process import ProcessSource
@@ -64,13 +66,13 @@ def _source_costs(ctx: BenchContext) -> dict[str, float]:
         pidfile=str(tree.pidfile),
     )
     prober = Prober(target)
-    at_rest = ProcessSource(target)
-    at_rest.steady = True  # as the daemon sets it once the server is ready
+    # As the daemon samples it once the core saw the server ready.
+    at_rest = functools.partial(ProcessSource(target).sample, seen=TargetSeen(at_rest=True))
     size = len(tree.workers) + 1
     try:
         return {
             f"process tree of {size}": _cpu_per_call(ProcessSource(target).sample),
-            f"process tree of {size} at rest, between re-reads": _cpu_per_call(at_rest.sample),
+            f"process tree of {size} at rest, between re-reads": _cpu_per_call(at_rest),
             "health probe": _cpu_per_call(prober.probe_health),
             "host disks": _cpu_per_call(DiskSource().sample),
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -21,7 +22,7 @@ import pytest
 import exporter.sources.process as process_source
 from exporter.base.model import ProcessSample
 from exporter.config import Target
-from exporter.sources import run_source
+from exporter.sources import TargetSeen, run_source
 from exporter.sources.process import ProcessSource, exits
 from tests.cgroupfs import cgroup_hierarchies
 from tests.sources.conftest import (
@@ -48,6 +49,11 @@ def target(**finder: str) -> Target:
         probe_timeout_seconds=1.0,
         **finder,  # type: ignore[arg-type]
     )
+
+
+def seen_at_rest(source: ProcessSource, yes: bool = True) -> None:
+    """From now on sample ``source`` as the daemon does once the core saw the server at rest."""
+    source.sample = functools.partial(ProcessSource.sample, source, seen=TargetSeen(at_rest=yes))
 
 
 def sample(source: ProcessSource) -> ProcessSample:
@@ -730,7 +736,7 @@ def resting(make_tree, tmp_path, monkeypatch) -> Callable[[int], Resting]:
         source = ProcessSource(target(pidfile=str(pidfile)))
         wait_for(lambda: len(sample(source).pids) == workers + 1)
         starting = _read_calls(lambda: [sample(source) for _ in range(10)])
-        source.steady = True  # the daemon says so once the server is ready
+        seen_at_rest(source)  # the daemon says so once the server is ready
         sample(source)  # every quiet worker read once more, the next time in part of a minute
         at_rest = _read_calls(lambda: [sample(source) for _ in range(10)])
         assert sorted(spawned) == _workers(sample(source))
@@ -799,10 +805,10 @@ def test_a_tree_at_rest_without_pidfds_reads_every_worker_every_tick(resting, mo
 @pytest.mark.integration
 def test_a_tree_at_rest_gives_its_pidfds_back(resting):
     rest = resting(10)
-    rest.source.steady = False  # a restart: the tree is the progress signal again
+    seen_at_rest(rest.source, False)  # a restart: the tree is the progress signal again
     sample(rest.source)
     after_rest = len(os.listdir("/proc/self/fd"))
-    rest.source.steady = True
+    seen_at_rest(rest.source)
     sample(rest.source)
     rest.source.close()
 

@@ -19,7 +19,7 @@ from exporter.base.model import EngineReport, ProbeKind, ProbeOutcome, ProbeResu
 from exporter.config import Target
 from exporter.config.keys import load_api_key
 from exporter.engines import ReportKind
-from exporter.sources import Scope
+from exporter.sources import Scope, TargetSeen
 from exporter.sources.probe.answers import judge, says_sleeping
 from exporter.sources.probe.client import Failed, HttpClient, Reply
 from exporter.sources.probe.reports import LIVE, REQUESTS, read_report
@@ -99,7 +99,7 @@ class Prober:
         """GET the engine's health path over the kept connection; OK on any 2xx. Never raises."""
         return self._probe(ProbeKind.HEALTH, "GET", self._target.health_path, None, self._timeout)
 
-    def sample(self, deadline: float | None = None) -> ProbeResult:
+    def sample(self, deadline: float | None = None, seen: TargetSeen | None = None) -> ProbeResult:
         """The health probe as the loop's source; the probe timeout bounds it.
 
         After a good health probe of an engine with a sleep mode, the same budget also asks

@@ -13,7 +13,7 @@ from typing import Final
 
 from exporter.base.model import ProcessSample
 from exporter.config import Target
-from exporter.sources import Scope
+from exporter.sources import Scope, TargetSeen
 from exporter.sources.process.downloads import DownloadWatch
 from exporter.sources.process.finding import make_finder
 from exporter.sources.process.procfs import ProcessError, Reading
@@ -41,7 +41,7 @@ class ProcessSource:
     there are too many, in ``/proc/PID/task/TID/children``: the main thread every tick, all
     threads every ``rescan_every`` ticks.
 
-    Once the daemon says the server is at rest (``steady``: ready, serving or asleep), the
+    Once the core saw the server at rest (``TargetSeen.at_rest``: ready, serving or asleep), the
     tree is no longer the progress signal: members that stood still at their last read are
     read again only every ``QUIET_REREAD_SECONDS`` (most of a tree: compile and tokenizer
     workers), while the main process and members that move are read every tick. A quiet
@@ -65,13 +65,14 @@ class ProcessSource:
         self._tree: Tree | None = None
         self._io_error: str | None = None
         self._downloads = DownloadWatch()
-        #: Set by the daemon after each tick: the target is at rest (see the class doc).
-        self.steady = False
 
-    def sample(self, deadline: float | None = None) -> ProcessSample | None:
+    def sample(
+        self, deadline: float | None = None, seen: TargetSeen | None = None
+    ) -> ProcessSample | None:
         """The tree now, or None when no process is found (a valid observation).
 
-        Its reads of /proc do not block, so ``deadline`` needs no checks.
+        Its reads of /proc do not block, so ``deadline`` needs no checks. ``seen`` says
+        whether the server is at rest (quiet members are then read less often).
 
         Raises:
             SourceError: the source cannot observe at all ("permission_denied" when /proc
@@ -91,7 +92,7 @@ class ProcessSource:
             full = True
             log.info("process found target=%s pid=%d", self.target.name, main.pid)
         self._tree.refresh(self._finder.members(), full=full)
-        quiet_every = QUIET_REREAD_SECONDS if self.steady else None
+        quiet_every = QUIET_REREAD_SECONDS if seen is not None and seen.at_rest else None
         readings = self._tree.read(full=full, steady_every=quiet_every)
         if main.pid not in readings:
             self._forget()  # the main process ended while being read
