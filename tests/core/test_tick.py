@@ -1,0 +1,98 @@
+"""One tick of the core as one call: readings in, new worlds, snapshots and edges out."""
+
+from __future__ import annotations
+
+from exporter.base.model import (
+    GpuReading,
+    HostReadings,
+    LogReading,
+    ModelSize,
+    Phase,
+    ProbeKind,
+    ProbeOutcome,
+    ProbeResult,
+    ProcessSample,
+)
+from exporter.core.classify import LogClassifier
+from exporter.core.lifecycle import initial_state
+from exporter.core.observe import TargetReadings, TargetWorld
+from exporter.core.snapshot import TargetInfo
+from exporter.core.tick import TargetPlan, advance_tick
+from exporter.engines import ENGINES
+
+T0 = 1_700_000_000.0
+GIB = 1 << 30
+PLAN = TargetPlan(TargetInfo("vllm", "vllm"))
+
+
+def _world() -> TargetWorld:
+    return TargetWorld(initial_state("vllm"), LogClassifier(ENGINES["vllm"].log))
+
+
+def _process(read: int) -> ProcessSample:
+    return ProcessSample(10, T0, (10, 11), GIB, float(read), read)
+
+
+def _probe(ok: bool, at: float) -> ProbeResult:
+    if ok:
+        return ProbeResult(ProbeKind.HEALTH, ProbeOutcome.OK, 200, 0.001, at)
+    return ProbeResult(ProbeKind.HEALTH, ProbeOutcome.REFUSED, None, 0.001, at)
+
+
+def _run(readings: list[TargetReadings]):
+    world, outcomes = _world(), []
+    for i, r in enumerate(readings):
+        (outcome,) = advance_tick(
+            [world], [r], [PLAN], HostReadings(), GpuReading(gpus=()), T0 + i
+        ).targets
+        outcomes.append(outcome)
+        world = outcome.world
+    return outcomes
+
+
+def _start(ready_at: int, **extra) -> list[TargetReadings]:
+    return [
+        TargetReadings(process=_process(i * GIB), probe=_probe(i >= ready_at, T0 + i), **extra)
+        for i in range(ready_at + 1)
+    ]
+
+
+def test_a_start_comes_back_as_edges_a_finished_start_and_a_snapshot_that_shows_it():
+    outcomes = _run(_start(4))
+
+    edges = [(o.phase_edge.before, o.phase_edge.after) for o in outcomes if o.phase_edge]
+    assert edges and edges[-1][1] is Phase.READY
+    assert outcomes[0].phase_edge is None  # the first tick has nothing to change from
+    (finished,) = [o.finished for o in outcomes if o.finished is not None]
+    assert outcomes[-1].finished is finished
+    # History has it only once the shell wrote it; the page shows it in this very tick.
+    assert outcomes[-1].snapshot.recent_starts == (finished,)
+    assert all(o.save is not None for o in outcomes[:-1])  # a start in progress is saved
+
+
+def test_the_worlds_passed_in_are_left_as_they_were():
+    world = _world()
+    before = world.state
+    result = advance_tick([world], _start(0)[:1], [PLAN], HostReadings(), GpuReading(gpus=()), T0)
+    assert world.state is before and world.pids == frozenset()
+    assert result.targets[0].world.pids == frozenset({10, 11})
+
+
+def test_the_measured_model_size_sizes_the_start_and_outlives_a_failed_reading():
+    readings = _start(3, model_size=ModelSize(5 * GIB))
+    readings[2] = TargetReadings(process=_process(2 * GIB), probe=_probe(False, T0 + 2))
+
+    outcomes = _run(readings)
+
+    assert [o.thresholds.weights_bytes for o in outcomes] == [5 * GIB] * 4
+
+
+def test_a_log_backlog_shows_only_from_a_source_that_can_tell():
+    file_log = LogReading((), backlog_bytes=4096, behind_since=T0 - 2)
+    journal = LogReading(())
+
+    (behind,) = _run([TargetReadings(logs=file_log)])
+    (journald,) = _run([TargetReadings(logs=journal)])
+
+    assert (behind.snapshot.log_backlog_bytes, behind.snapshot.log_lag_seconds) == (4096, 2.0)
+    assert (journald.snapshot.log_backlog_bytes, journald.snapshot.log_lag_seconds) == (None, None)
