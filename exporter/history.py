@@ -16,7 +16,7 @@ import sqlite3
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from exporter.base.files import FileIdentity, file_identity
 from exporter.base.model import STARTUP_PHASES, Phase
@@ -26,8 +26,11 @@ log = logging.getLogger(__name__)
 #: After the store was lost (deleted, truncated, corrupt), ``source_up{source="history"}``
 #: stays 0 this long although writing works again, so the 5-minute alert can fire.
 LOSS_VISIBLE_SECONDS: Final = 600.0
-#: Finished cold starts kept in memory, to write again into a store that replaced a lost one.
+#: Finished cold starts kept in memory (the newest of the store's at open, then each one
+#: recorded), to write again into a store that replaced a lost one.
 KEPT_STARTS: Final = 200
+#: What every sqlite database file begins with; anything else there is no store any more.
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 #: sqlite's codes for a file that is not (or no longer) a database.
 _CORRUPT_CODES: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
 SCHEMA_VERSION: Final = 1
@@ -47,6 +50,15 @@ CREATE TABLE IF NOT EXISTS in_progress (
     progress_ratio REAL, saved_at REAL NOT NULL
 );
 """
+
+
+class _Kept(NamedTuple):
+    """A recorded start as kept in memory, with the labels its row carries."""
+
+    target: str
+    engine: str
+    model: str
+    cold: ColdStart
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +86,15 @@ class History:
         self.problem: str | None = None
         self._lost_at: float | None = None
         self._identity = file_identity(path)
-        self._kept: list[tuple[str, str, str, ColdStart]] = []
+        self._kept: list[_Kept] = []
+        #: Recorded starts a failed write (a full disk) left out: written once writes work.
+        self._unwritten: list[_Kept] = []
         self._progress: dict[str, SavedStart] = {}
         #: What the store is known to hold per target (None: no row): a tick whose start is
         #: unchanged writes nothing, where a commit per target per tick cost 0.5 ms each.
         self._written: dict[str, SavedStart | None] = {}
+        if path is not None:  # what a store lost later, or overwritten, must not take along
+            self._kept = self._newest()
 
     @classmethod
     def open(cls, state_directory: str | None) -> History:
@@ -158,7 +174,7 @@ class History:
         if lost is not None:
             self._replace_lost(lost)
         elif self.problem == "write_failed":
-            self._write("PRAGMA user_version=" + str(SCHEMA_VERSION), ())
+            self._write_unwritten()
         else:
             self._identity = file_identity(self.path) or self._identity
         if self._lost_at is not None and now - self._lost_at >= LOSS_VISIBLE_SECONDS:
@@ -188,15 +204,37 @@ class History:
         self._identity = file_identity(path)
         kept, progress = list(self._kept), list(self._progress.values())
         self._written = {}  # a new file holds nothing yet
-        for target, engine, model, cold in kept:
-            self.record(target, engine, model, cold)
+        self._unwritten = [entry for entry in kept if not self._insert(entry)]
         for saved in progress:
             self.save_progress(saved)
 
     def record(self, target: str, engine: str, model: str, cold: ColdStart) -> None:
-        """Store one finished cold start."""
-        self._kept = [*self._kept, (target, engine, model, cold)][-KEPT_STARTS:]
-        self._write(
+        """Store one finished cold start; one a failed write left out is written later."""
+        entry = _Kept(target, engine, model, cold)
+        self._kept = [*self._kept, entry][-KEPT_STARTS:]
+        if not self._insert(entry):
+            self._unwritten.append(entry)
+
+    def _write_unwritten(self) -> None:
+        """Retry the writes a failure left out (a probe write when there are none)."""
+        if not self._unwritten:
+            self._write("PRAGMA user_version=" + str(SCHEMA_VERSION), ())
+        while self._unwritten and self._insert(self._unwritten[0]):
+            self._unwritten.pop(0)
+
+    def _newest(self) -> list[_Kept]:
+        """The store's newest finished starts, oldest first, to keep in memory."""
+        rows = self._read(
+            "SELECT target, engine, model, started_at, ended_at, outcome, reason, "
+            "phase_seconds, longest_quiet, read_bytes, peak_gpu_bytes FROM cold_starts "
+            "ORDER BY started_at DESC LIMIT ?",
+            (KEPT_STARTS,),
+        )
+        return [_Kept(r[0], r[1] or "", r[2] or "", _cold_start(r[3:])) for r in reversed(rows)]
+
+    def _insert(self, entry: _Kept) -> bool:
+        target, engine, model, cold = entry
+        return self._write(
             "INSERT OR REPLACE INTO cold_starts VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (
                 target,
@@ -221,9 +259,7 @@ class History:
             "ORDER BY started_at DESC LIMIT ?",
             (target, limit),
         )
-        return [
-            ColdStart(r[0], r[1], r[2], r[3], _load(r[4]), _load(r[5]), r[6], r[7]) for r in rows
-        ]
+        return [_cold_start(r) for r in rows]
 
     def expectations(self, target: str) -> Expectations:
         """Median phase durations, longest quiet stretches and last peak of good starts."""
@@ -321,7 +357,25 @@ def _lost(path: str, known: FileIdentity | None) -> str | None:
         return "replaced"
     if now.size < known.size:
         return "truncated"
+    # Overwritten in place (same file, no smaller): sqlite would notice only when a page it
+    # no longer caches is read, a minute or more later; its header says so at once.
+    if now.size >= len(_SQLITE_MAGIC) and _header(path) not in (_SQLITE_MAGIC, None):
+        return "malformed"
     return None
+
+
+def _header(path: str) -> bytes | None:
+    """The first bytes of the file, where sqlite writes its magic string; None unreadable."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_SQLITE_MAGIC))
+    except OSError:
+        return None
+
+
+def _cold_start(r: tuple[Any, ...] | list[Any]) -> ColdStart:
+    """A ``cold_starts`` row from ``started_at`` on as a record."""
+    return ColdStart(r[0], r[1], r[2], r[3], _load(r[4]), _load(r[5]), r[6], r[7])
 
 
 def _connect(path: str) -> sqlite3.Connection:
