@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from exporter.base.controls import escape_controls
 from exporter.base.units import format_duration
 from exporter.commands.bounds import bound_line
 from exporter.commands.client import (
@@ -145,7 +146,7 @@ def _sparks(points: Sequence[tuple[float | None, float | None]], unicode: bool) 
 def target_row(t: TargetDoc, now: float) -> tuple[str, ...]:
     """One target's cells, in ``COLUMNS`` order."""
     ratio = t["progress_ratio"]
-    return (
+    cells = (
         t["target"],
         t["engine"] or "-",
         phase_label(t),
@@ -155,6 +156,9 @@ def target_row(t: TargetDoc, now: float) -> tuple[str, ...]:
         _stall(t),
         *_last_start(t["last_cold_start"], now),
     )
+    # Names and reasons come from pods, labels and engines: nothing in them may steer the
+    # terminal or break the table's lines.
+    return tuple(escape_controls(cell) for cell in cells)
 
 
 def _stall(t: TargetDoc) -> str:
