@@ -311,7 +311,8 @@ def check_config(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     found = f", pods of node {k.node_name}" if (k := settings.kubernetes) else ""
     found += f", containers on {d.socket}" if (d := settings.docker) else ""
-    print(f"{args.config_file}: OK ({len(settings.targets)} targets{found})")
+    count = len(settings.targets)
+    print(f"{args.config_file}: OK ({count} target{'' if count == 1 else 's'}{found})")
     return EXIT_OK
 
 
