@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from exporter.base.controls import escape_controls
+from exporter.base.model import STARTUP_PHASES
 from exporter.base.units import format_duration
 from exporter.commands.bounds import bound_line
 from exporter.commands.client import (
@@ -27,6 +28,7 @@ from exporter.commands.text import phase_label, sparkline
 from exporter.render.status_doc import ColdStartDoc, StatusDoc, TargetDoc
 
 EXIT_OK: Final = 0
+_STARTUP: Final = frozenset(p.value for p in STARTUP_PHASES)
 COLUMNS: Final = (
     "TARGET",
     "ENGINE",
@@ -164,6 +166,8 @@ def target_row(t: TargetDoc, now: float) -> tuple[str, ...]:
 def _stall(t: TargetDoc) -> str:
     if t["stalled"]:
         return f"STALLED {format_duration(t['seconds_since_progress'])}"
+    if t["phase"] not in _STARTUP:
+        return "-"  # a down or serving server makes no start progress to be quiet about
     quiet = t["seconds_since_progress"]
     return f"quiet {format_duration(quiet)}" if quiet is not None and quiet >= 10 else "-"
 
