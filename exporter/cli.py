@@ -23,6 +23,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Final
 
 from exporter import __version__
+from exporter.base.controls import escape_controls
 from exporter.base.errors import ConfigError, ConfigErrors, ExporterError
 
 if TYPE_CHECKING:  # imported lazily at run time: --help and wait start fast
@@ -76,7 +77,8 @@ class _LogfmtFormatter(logging.Formatter):
         head = f"level={record.levelname.lower()} logger={record.name} msg="
         if self._with_time:
             head = f"ts={self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} " + head
-        text = record.getMessage()
+        # A name or an engine's text with a newline in it must not forge a line of our own.
+        text = escape_controls(record.getMessage())
         line = head + (json.dumps(text) if " " in text.split(" ", 1)[0] else text)
         if record.exc_info:
             line += " exc=" + json.dumps(self.formatException(record.exc_info))
@@ -309,7 +311,8 @@ def check_config(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     found = f", pods of node {k.node_name}" if (k := settings.kubernetes) else ""
     found += f", containers on {d.socket}" if (d := settings.docker) else ""
-    print(f"{args.config_file}: OK ({len(settings.targets)} targets{found})")
+    count = len(settings.targets)
+    print(f"{args.config_file}: OK ({count} target{'' if count == 1 else 's'}{found})")
     return EXIT_OK
 
 

@@ -12,6 +12,7 @@ import argparse
 import logging
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -24,6 +25,7 @@ from exporter_tooling.processes import free_port, stop_process
 from exporter_tooling.simulate.gpustate import GpuLoad, render_gpu_state, write_gpu_state
 from exporter_tooling.simulate.launcher import SimulatorFiles, SimulatorSpec, simulator_argv
 from exporter_tooling.simulate.plan import GPU_NAME, Scenario, SimEngine
+from exporter_tooling.simulate.script import SCRIPTS
 
 log = logging.getLogger(__name__)
 #: The simulator's own scenarios and engines, in its order, so the two commands never differ.
@@ -44,9 +46,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--engine",
-        default="sglang",
+        default=None,
         choices=ENGINES,
-        help="which engine's HTTP semantics and log format to simulate",
+        help="which engine's HTTP semantics and log format to simulate (default sglang; "
+        "vllm for sleep-wake, the engine with a sleep mode)",
     )
     p.add_argument("--gpus", type=int, default=2, help="simulated GPUs (default 2)")
     p.add_argument(
@@ -125,8 +128,30 @@ def _build_gpu_library(work: Path, vendor: str) -> str | None:
         return None
 
 
+def demo_engine(scenario: str, engine: str | None) -> str:
+    """The engine to simulate: the one asked for, else one that can play ``scenario``.
+
+    Raises:
+        ValueError: the engine asked for cannot play the scenario (the message says which can).
+    """
+    needs_sleep = scenario == Scenario.SLEEP_WAKE.value
+    able = [e.value for e in SimEngine if SCRIPTS[e].fall_asleep] if needs_sleep else ENGINES
+    if engine is None:
+        return "sglang" if "sglang" in able else able[0]
+    if engine not in able:
+        raise ValueError(
+            f"--scenario {scenario} needs an engine with a sleep mode: {', '.join(able)}"
+        )
+    return engine
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the simulator and the exporter until Ctrl-C."""
+    try:
+        args.engine = demo_engine(args.scenario, args.engine)
+    except ValueError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
     configure_logging(args.log_level, args.log_format)
     files = SimulatorFiles(Path(tempfile.mkdtemp(prefix="inference-lifecycle-demo-"))).create()
     port = free_port()
@@ -145,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
     # The host's GPUs exist, idle, before any engine starts (NVML enumerates them at init).
     idle = render_gpu_state(args.gpus, [], GpuLoad(), 0, simulator_spec(args, port).gpu_name)
     write_gpu_state(files.gpu_state, idle)
+    # The engine appends to its log once it starts, after the exporter's first tick: the file
+    # is there (empty) before, as a deployed engine's log path is, so that tick does not
+    # read the log source as down.
+    files.log_file.touch()
     engines: list[subprocess.Popen[bytes]] = []
 
     def start_engine() -> None:

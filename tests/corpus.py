@@ -29,7 +29,10 @@ def require() -> Path:
     where = location()
     if (where / "README.md").is_file():
         return where
-    message = f"log corpus not found at {where} (set INFERENCE_LOG_CORPUS to its folder)"
+    message = (
+        f"log corpus not found at {where}: this module's corpus tests are skipped "
+        "(set INFERENCE_LOG_CORPUS to the folder of real engine logs)"
+    )
     if os.environ.get("CI", "").lower() not in ("", "0", "false"):
         pytest.fail(message, pytrace=False)
     pytest.skip(message, allow_module_level=True)

@@ -460,6 +460,21 @@ def test_check_config_says_discovery_is_on_and_for_which_node(tmp_path):
     assert run.stdout.strip() == f"{cfg}: OK (0 targets, pods of node gpu-node-7)"
 
 
+@pytest.mark.parametrize(("count", "says"), [(1, "1 target"), (2, "2 targets")])
+def test_check_config_counts_targets_in_english(tmp_path, count, says):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        "".join(
+            f'[[target]]\nname = "t{i}"\nengine = "vllm"\nbase_url = "http://127.0.0.1:{8000 + i}"'
+            "\n"
+            for i in range(count)
+        )
+    )
+    run = check_config(cfg)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"{cfg}: OK ({says})"
+
+
 @pytest.mark.parametrize("command", ["run", "check-config"])
 def test_run_and_check_config_refuse_a_docker_socket_that_is_a_plain_file(tmp_path, command):
     not_a_socket = tmp_path / "docker.sock"

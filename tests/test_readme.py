@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -76,3 +80,22 @@ def test_readme_daemonset_excerpt_is_the_shipped_manifest():
         container["env"]
     )
     assert not _within({"spec": {"template": {"spec": {"hostPID": False}}}}, shipped)
+
+
+@pytest.mark.integration
+def test_a_clone_without_the_corpus_says_why_its_tests_are_skipped(tmp_path):
+    # Issue 30 #18: a bare clone folded ~240 corpus tests into "2 skipped", no reason shown.
+    readme = (ROOT / "README.md").read_text()
+    assert "INFERENCE_LOG_CORPUS" in readme and "../shared/fixtures/logs" in readme
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["INFERENCE_LOG_CORPUS"] = str(tmp_path / "absent")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_corpus.py"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 5, done.stdout + done.stderr  # pytest: no test ran
+    assert f"log corpus not found at {tmp_path / 'absent'}" in done.stdout, done.stdout

@@ -94,7 +94,7 @@ def test_metric_name_extraction_sees_selectors_not_functions_or_labels():
 def test_promtool_check_rules_accepts_both_files():
     result = run_promtool("check", "rules", *map(str, RULE_FILES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 13 rules found" in result.stdout
+    assert "SUCCESS: 14 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass():

@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Final
 
+from exporter.base.controls import escape_controls
 from exporter.commands.client import EXIT_USAGE, StatusClient, WaitError, add_daemon_flags
 
 EXIT_OK: Final = 0
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     finally:
         client.close()
-    print(line)
+    print(escape_controls(line))  # the target's name and reason come from others
     if status == 200:
         return EXIT_OK
     return EXIT_FAILING if status == 503 else EXIT_USAGE

@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
+from exporter.base.controls import escape_controls
 from exporter.base.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.core.classify import LogClassifier, clean
 from exporter.core.lifecycle import Thresholds, initial_state, step
@@ -299,7 +300,7 @@ def render_text(result: Replay) -> str:
         "",
         f"outcome   {result.outcome}",
         f"reason    {result.reason or '-'}",
-        *([f"detail    {result.reason_detail}"] if result.reason_detail else []),
+        *([f"detail    {escape_controls(result.reason_detail)}"] if result.reason_detail else []),
         "lines     " + ", ".join(f"{cls} {n}" for cls, n in result.classes.items()),
     ]
     return "\n".join(out)

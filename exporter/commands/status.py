@@ -13,6 +13,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from exporter.base.controls import escape_controls
+from exporter.base.model import STARTUP_PHASES
 from exporter.base.units import format_duration
 from exporter.commands.bounds import bound_line
 from exporter.commands.client import (
@@ -26,6 +28,7 @@ from exporter.commands.text import phase_label, sparkline
 from exporter.render.status_doc import ColdStartDoc, StatusDoc, TargetDoc
 
 EXIT_OK: Final = 0
+_STARTUP: Final = frozenset(p.value for p in STARTUP_PHASES)
 COLUMNS: Final = (
     "TARGET",
     "ENGINE",
@@ -145,7 +148,7 @@ def _sparks(points: Sequence[tuple[float | None, float | None]], unicode: bool) 
 def target_row(t: TargetDoc, now: float) -> tuple[str, ...]:
     """One target's cells, in ``COLUMNS`` order."""
     ratio = t["progress_ratio"]
-    return (
+    cells = (
         t["target"],
         t["engine"] or "-",
         phase_label(t),
@@ -155,11 +158,16 @@ def target_row(t: TargetDoc, now: float) -> tuple[str, ...]:
         _stall(t),
         *_last_start(t["last_cold_start"], now),
     )
+    # Names and reasons come from pods, labels and engines: nothing in them may steer the
+    # terminal or break the table's lines.
+    return tuple(escape_controls(cell) for cell in cells)
 
 
 def _stall(t: TargetDoc) -> str:
     if t["stalled"]:
         return f"STALLED {format_duration(t['seconds_since_progress'])}"
+    if t["phase"] not in _STARTUP:
+        return "-"  # a down or serving server makes no start progress to be quiet about
     quiet = t["seconds_since_progress"]
     return f"quiet {format_duration(quiet)}" if quiet is not None and quiet >= 10 else "-"
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, TextIO
 
+from exporter.base.controls import escape_controls
 from exporter.base.units import format_bytes, format_duration
 from exporter.render.status_doc import TargetDoc
 
@@ -132,7 +133,11 @@ def live_line(
 
 
 class Display:
-    """Permanent lines for changes; on a terminal also one live line redrawn in place."""
+    """Permanent lines for changes; on a terminal also one live line redrawn in place.
+
+    What it prints holds names and engine text: control characters in them are escaped, so
+    only the display's own sequences reach the terminal.
+    """
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
@@ -143,14 +148,14 @@ class Display:
     def line(self, text: str) -> None:
         """Print a permanent line (above the live one on a terminal)."""
         self._clear()
-        print(text, file=self._out, flush=True)
+        print(escape_controls(text), file=self._out, flush=True)
 
     def live(self, text: str) -> None:
         """Redraw the live line (terminal only), cut to the terminal's width."""
         if not self.tty:
             return
         width = shutil.get_terminal_size((100, 24)).columns - 1
-        self._out.write("\r\x1b[K" + text[:width])
+        self._out.write("\r\x1b[K" + escape_controls(text)[:width])
         self._out.flush()
         self._live = True
 

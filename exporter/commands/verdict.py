@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from exporter.base.controls import escape_controls
 from exporter.base.units import format_duration
 from exporter.commands.bounds import bound_line
 from exporter.commands.text import Display, notable_lines
@@ -66,9 +67,9 @@ def _start_took(doc: TargetDoc) -> str:
 def fail(out: Display, verdict: Verdict, doc: TargetDoc | None = None) -> int:
     """Print a failed wait's summary and last notable log lines to stderr; returns its code."""
     out.close()
-    print(verdict.summary, file=sys.stderr)
+    print(escape_controls(verdict.summary), file=sys.stderr)
     lines = notable_lines(doc) if doc is not None else []
     if lines:
         print("last notable log lines:", file=sys.stderr)
-        print("\n".join(lines), file=sys.stderr)
+        print("\n".join(escape_controls(line) for line in lines), file=sys.stderr)
     return verdict.code

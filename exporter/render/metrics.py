@@ -433,6 +433,11 @@ def _counter_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
         "Cold starts that ended without becoming ready, by reason.",
         labels=["target", "reason"],
     )
+    deaths = CounterMetricFamily(  # reasons seen only: all from the start would break the budget
+        "inference_server_deaths",
+        "Server processes that ended after ready, by the fatal line's reason, else exited.",
+        labels=["target", "reason"],
+    )
     lines = CounterMetricFamily(
         "inference_server_log_lines",
         "Engine log lines read, by class (benign = known startup noise).",
@@ -444,10 +449,12 @@ def _counter_families(targets: tuple[TargetSnapshot, ...]) -> Iterator[Metric]:
         fails = dict(c.start_failures)
         for reason in FailureReason:
             failures.add_metric([name, reason.value], float(fails.get(reason, 0)))
+        for reason, n in c.deaths:
+            deaths.add_metric([name, reason.value], float(n))
         counts = dict(c.log_lines)
         for cls in LogClass:
             lines.add_metric([name, cls.value], float(counts.get(cls, 0)))
-    yield from (restarts, failures, lines)
+    yield from (restarts, failures, deaths, lines)
 
 
 def gpu_families(snap: Snapshot) -> Iterator[Metric]:

@@ -139,7 +139,10 @@ def _target(
         "since": s.phase_since,
         "phase_seconds": now - s.phase_since if s.phase_since is not None else None,
         "started_at": s.create_time,
-        "elapsed_seconds": now - s.create_time if s.create_time is not None else None,
+        # A gone process's age would tick on forever: down, there is none.
+        "elapsed_seconds": (
+            now - s.create_time if s.create_time is not None and s.phase is not Phase.DOWN else None
+        ),
         "ready": s.ready,
         "stalled": s.stalled,
         "stall_reason": s.stall_reason,

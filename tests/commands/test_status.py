@@ -75,6 +75,19 @@ def test_table_shows_phase_since_progress_eta_stall_and_the_last_cold_start():
     assert cells(lines[2])[-2:] == ["2m04s ago, failed (oom)", "1m02s"]
 
 
+@pytest.mark.parametrize("phase", [Phase.DOWN, Phase.SERVING])
+def test_a_down_or_serving_target_is_not_called_quiet(phase):
+    # Issue 30 #2: "quiet 1m55s" under STALL for targets that make no start progress.
+    state = replace(initial_state("kimi"), phase=phase, phase_since=T0, last_progress_at=T0 - 115)
+    doc = render_status(
+        Snapshot(
+            taken_at=T0,
+            targets=(TargetSnapshot(TargetInfo("kimi", "sglang"), replace(state, updated_at=T0)),),
+        )
+    )
+    assert cells(render_table(doc).splitlines()[1])[COLUMNS.index("STALL")] == "-"
+
+
 def test_columns_line_up():
     lines = render_table(two_targets()).splitlines()
     starts = [

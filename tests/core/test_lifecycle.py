@@ -196,6 +196,41 @@ def test_stop_of_a_ready_server_is_down_not_failure():
     assert final.counters.start_failures == ()
 
 
+def test_a_death_while_serving_is_counted_and_clears_what_the_process_made_true():
+    # Issue 30 #2: a SIGKILL while serving went down with no counter, progress 100 % and the
+    # last completion (probe_success 1) kept.
+    serving = run_trace(healthy_start())[-1]
+    assert serving.phase is Phase.SERVING and serving.progress_ratio == 1.0
+    down = run_trace([(20, dict(health=REFUSED))], state=serving)[-1]
+    assert down.phase is Phase.DOWN and down.phase_since == T0 + 20
+    assert down.reason == "process exited"
+    assert down.counters.deaths == ((FailureReason.EXITED, 1),)
+    assert down.counters.start_failures == ()
+    assert down.progress_ratio is None and down.eta_seconds is None
+    assert down.last_completion is None
+
+
+def test_an_oom_line_before_the_death_is_its_cause():
+    serving = run_trace(healthy_start())[-1]
+    oom = line(
+        "torch.OutOfMemoryError: CUDA out of memory.",
+        LogClass.FATAL,
+        fatal_reason=FailureReason.OOM,
+    )
+    alive = dict(process=proc(read=5 * GiB, cpu=14), health=OK, gpu_memory_bytes=70 * GiB)
+    states = run_trace(
+        [(10, {**alive, "log_events": (oom,)}), (12, dict(health=REFUSED))], state=serving
+    )
+    assert states[0].phase is Phase.SERVING, "a fatal line alone does not end a serving server"
+    down = states[-1]
+    assert down.reason == "process exited after a fatal log line: oom"
+    assert down.counters.deaths == ((FailureReason.OOM, 1),)
+    assert down.reason_detail is not None and "CUDA out of memory" in down.reason_detail
+    restarted = run_trace(healthy_start(), state=replace(down, updated_at=None))[-1]
+    again = run_trace([(30, dict(health=REFUSED))], state=restarted)[-1]
+    assert dict(again.counters.deaths) == {FailureReason.OOM: 1, FailureReason.EXITED: 1}
+
+
 def test_flapping_health_after_ready_is_degraded_then_recovers():
     failing = health(ProbeOutcome.HTTP_STATUS, 503)
     trace = healthy_start() + [

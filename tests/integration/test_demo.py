@@ -36,7 +36,7 @@ def get(url):
 
 
 @contextlib.contextmanager
-def demo(*args):
+def demo(*args, stderr=subprocess.DEVNULL):
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -51,7 +51,7 @@ def demo(*args):
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
         text=True,
     )
     try:
@@ -97,6 +97,30 @@ def test_demo_goes_through_every_phase_and_counts_one_cold_start_with_gpus():
         )
         assert len(gpus) == 2 and all(float(v) > 0 for _, v in gpus)
         assert 'inference_server_gpu_memory_used_bytes{gpu="0",target="demo"}' in metrics
+
+
+def test_demo_sleep_wake_on_the_default_engine_sleeps_and_its_log_is_never_down(tmp_path):
+    # Issue 30 #18: the default engine (sglang) has no sleep mode, so the demo never slept;
+    # and the first tick, before the engine had written its log, logged the log source down.
+    log = tmp_path / "demo.log"
+    with log.open("w") as err, demo("--scenario", "sleep-wake", stderr=err) as (url, proc):
+        assert proc.stdout is not None
+        assert "simulated vllm engine (sleep-wake)" in proc.stdout.readline()
+        poll(url, lambda t: t["phase"] == "sleeping", timeout=90)
+    assert "source down source=logs" not in log.read_text(), log.read_text()
+
+
+def test_demo_refuses_a_scenario_its_engine_cannot_play():
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter", "demo", "--scenario", "sleep-wake"]
+        + ["--engine", "sglang"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "demo: --scenario sleep-wake needs an engine with a sleep mode: vllm\n"
 
 
 def test_demo_oom_scenario_fails_and_shows_the_engine_line_in_status():

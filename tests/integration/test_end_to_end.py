@@ -213,3 +213,39 @@ def test_xid_79_during_loading_fails_the_start_with_gpu_error(tmp_path, nvml_dir
         health = [g["health"] for g in exp.status()["gpus"]]
         assert [h["xid_errors"] for h in health] == [{"79": 1}, {}]
         assert health[0]["pcie_link"] == "Gen5 x16 (max Gen5 x16)"
+
+
+@pytest.mark.parametrize("last_words", [None, "oom"])
+def test_killing_a_serving_engine_counts_a_death_and_leaves_no_stale_reading(tmp_path, last_words):
+    # Issue 30 #2: a SIGKILL while serving went down with no counter or alert, progress 100 %,
+    # probe_success{probe="completion"} 1 and the process's age ticking on; an OOM line
+    # printed just before was counted but the reason said "process exited".
+    with (
+        simulator(tmp_path) as sim,
+        exporter(tmp_path, target_toml("victim", sim), interval=INTERVAL) as exp,
+    ):
+        exp.wait_for(lambda t: t["phase"] == "serving", "victim", timeout=60)
+        assert 'probe="completion",target="victim"} 1.0' in exp.metrics()
+        if last_words == "oom":
+            with sim.log_file.open("a") as log:  # the engine's last line, as sglang-03 prints it
+                log.write(
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB.\n"
+                )
+            exp.wait_for(lambda t: "out of memory" in str(t["notable_lines"]), "victim")
+        sim.proc.send_signal(signal.SIGKILL)
+        doc = exp.wait_for(lambda t: t["phase"] == "down", "victim", timeout=10)
+        metrics = exp.metrics()
+        reason = last_words or "exited"
+        assert f'inference_server_deaths_total{{reason="{reason}",target="victim"}} 1.0' in metrics
+        assert 'probe="completion",target="victim"}' not in metrics
+        assert 'inference_server_load_progress_ratio{target="victim"}' not in metrics
+        assert doc["progress_ratio"] is None and doc["elapsed_seconds"] is None
+        assert doc["since"] is not None, "when it went down"
+        if last_words:
+            assert doc["reason"] == "process exited after a fatal log line: oom"
+            assert "CUDA out of memory" in (doc["reason_detail"] or "")
+        else:
+            assert doc["reason"] == "process exited"
+        assert 'inference_server_start_failures_total{reason="exited",target="victim"} 0.0' in (
+            metrics
+        ), "a death after ready is no failed start"

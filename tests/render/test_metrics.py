@@ -98,6 +98,7 @@ def ready_state():
         start_failures=((FailureReason.OOM, 2),),
         restarts=2,
         wakes=state.counters.wakes.observe(2.5),  # woken from sleep mode once
+        deaths=((FailureReason.OOM, 1),),  # died of an OOM while serving once
     )
     previous = ColdStart(
         started_at=T0 - 800,
@@ -378,9 +379,9 @@ def _series(snap: Snapshot) -> int:
 
 
 def _without_optional_features(t: TargetSnapshot) -> TargetSnapshot:
-    """A target that never slept, whose engine reports nothing, left nothing behind and has
-    no start whose bounds were judged."""
-    counters = replace(t.state.counters, wakes=Counters().wakes)
+    """A target that never slept nor died, whose engine reports nothing, left nothing behind
+    and has no start whose bounds were judged."""
+    counters = replace(t.state.counters, wakes=Counters().wakes, deaths=())
     state = replace(t.state, counters=counters, engine_report=None)
     return replace(t, state=state, orphaned_gpu_memory_bytes=(), verdicts=Verdicts())
 
@@ -409,11 +410,12 @@ def test_series_budget_two_targets_eight_gpus_under_200():
     # gpu_health_metrics = "all": ECC, retired pages, two remap flags, five throttle reasons
     # and four PCIe link gauges per GPU (Xid counters only once one came)
     assert _series(replace(base, gpus=healthy, all_gpu_health=True)) - typical == 8 * 13
-    # one target woke once, reports its load time and has one GPU held by its leftovers;
+    # one target woke once, died once, reports its load time and has one GPU held by its
+    # leftovers;
     # bounds: one series per phase of a finished start (3 here), one per bound while starting
     # and an absent source has its duration and its absent gauge
     added = _series(replace(snap, gpus=gpus)) - typical
-    assert added == (len(WAKE_BUCKETS) + 3) + 2 + 1 + 3 + len(Bound) + 2, added
+    assert added == (len(WAKE_BUCKETS) + 3) + 1 + 2 + 1 + 3 + len(Bound) + 2, added
 
 
 def test_before_the_first_tick_only_build_info_is_rendered():

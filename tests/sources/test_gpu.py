@@ -369,6 +369,27 @@ def test_records_written_with_a_32_byte_stride_are_rejected_and_counted(make_sou
 
 
 @pytest.mark.integration
+def test_out_of_range_values_read_as_unknown_and_are_logged_once(make_source, state, caplog):
+    # Issue 30 #15: 1.8e19 B used of 80 GiB and a ratio of 4.3e7 were exported as they came.
+    impossible = gpu_line(1, used=18 * 10**18, util=4294967295, mem_util=101)
+    write_state(state, [gpu_line(0), impossible, "pcie 1 18000000000000000"])
+    source = make_source()
+    sane, bad = eventually(source).gpus
+    assert sane.memory_used_bytes == GIB and sane.utilization_ratio == 0.3
+    assert (bad.memory_used_bytes, bad.utilization_ratio, bad.memory_utilization_ratio) == (
+        None,
+        None,
+        None,
+    )
+    assert bad.memory_total_bytes == TOTAL and bad.up, "the GPU and its plausible values stay"
+    assert bad.pcie_rx_bytes_per_second is None
+    source.sample()
+    assert source.rejected_values == 8  # four fields, two samples
+    logged = [r.message for r in caplog.records if "out of range" in r.message]
+    assert len(logged) == 4 and all("uuid=GPU-00000001-sim" in line for line in logged)
+
+
+@pytest.mark.integration
 def test_memory_is_attributed_to_targets_foreign_and_unattributed(
     make_source, state, sleeper, caplog
 ):

@@ -218,6 +218,9 @@ class Counters:
 
     restarts: int = 0
     start_failures: tuple[tuple[FailureReason, int], ...] = ()
+    #: Processes that ended after ready (killed, crashed, out of memory), by reason: the
+    #: fatal line's when one came while up, else ``exited``.
+    deaths: tuple[tuple[FailureReason, int], ...] = ()
     log_lines: tuple[tuple[LogClass, int], ...] = ()
     cold_starts: Histogram = field(default_factory=lambda: _empty_histogram(COLD_START_BUCKETS))
     #: Wakes from sleep mode; never in ``cold_starts`` (a 3 s wake is no cold start).
@@ -288,6 +291,8 @@ class TargetState:
     download_bytes_per_second: float | None = None
     #: What the engine last reported about its own startup (this instance).
     engine_report: EngineReport | None = None
+    #: The last fatal log line of this instance while it was up: the cause of its death.
+    fatal_while_up: LogEvent | None = None
 
     @property
     def ready(self) -> bool:

@@ -19,6 +19,7 @@ from exporter.core.lifecycle.progress import (
 from exporter.core.lifecycle.state import (
     ORDER,
     TRANSITIONS,
+    UP_PHASES,
     TargetState,
     Thresholds,
     Wake,
@@ -31,6 +32,7 @@ from exporter.core.lifecycle.tracking import (
     enter,
     new_instance,
     notable,
+    record_death,
     track_load,
 )
 
@@ -53,7 +55,11 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
         # The same lines announced a later phase before the fatal one: keep it in the story.
         assert ev.log_phase is not None
         state = enter(state, ev.log_phase, f"log marker announces {ev.log_phase}", None, now)
-    if phase is not state.phase and phase in TRANSITIONS[state.phase]:
+    if ev.fatal_event is not None and state.phase in UP_PHASES:
+        state = replace(state, fatal_while_up=ev.fatal_event)
+    if phase is Phase.DOWN and state.phase in UP_PHASES:
+        state = record_death(state, now, reason)
+    elif phase is not state.phase and phase in TRANSITIONS[state.phase]:
         state = enter(state, phase, reason, failure, now)
         if phase is Phase.FAILED:
             state = replace(state, reason_detail=_failure_detail(ev, failure, obs))

@@ -14,6 +14,7 @@ from exporter.base.model import (
     Phase,
 )
 from exporter.base.records import ColdStart, Transition
+from exporter.core.classify import reason_detail
 from exporter.core.lifecycle.state import (
     NOTABLE_LINES_KEPT,
     TRANSITIONS_KEPT,
@@ -93,7 +94,7 @@ def begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSta
                 state, Phase.FAILED, "process replaced before ready", FailureReason.EXITED, now
             )
         elif prev.phase in UP_PHASES:
-            state = record(state, now, Phase.DOWN, "process replaced")
+            state = record_death(state, now, "process replaced")
     p = obs.process
     return replace(
         state,
@@ -122,6 +123,34 @@ def begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSta
         download_bytes=0,
         download_bytes_per_second=None,
         engine_report=None,
+        fatal_while_up=None,
+    )
+
+
+def record_death(state: TargetState, now: float, how: str) -> TargetState:
+    """A process that was up ended: go down and count the death by its cause.
+
+    What only a live process made true (its progress, its last completion) goes. The cause
+    is the fatal line it printed while up (an OOM just before a kill), else ``exited``; the
+    reason and its detail say which.
+    """
+    fatal = state.fatal_while_up
+    cause = fatal.fatal_reason if fatal is not None else None
+    reason = f"{how} after a fatal log line: {cause}" if cause else how
+    state = record(state, now, Phase.DOWN, reason)
+    counters = replace(
+        state.counters, deaths=bump(state.counters.deaths, cause or FailureReason.EXITED)
+    )
+    return replace(
+        state,
+        counters=counters,
+        reason_detail=reason_detail(fatal) if fatal is not None and cause else None,
+        progress_ratio=None,
+        eta_seconds=None,
+        last_completion=None,
+        stalled=False,
+        stall_reason=None,
+        fatal_while_up=None,
     )
 
 

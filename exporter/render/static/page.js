@@ -106,6 +106,10 @@
 
   function reason(t) {
     const p = el("p", "reason");
+    if (t.phase === "down" && t.since) {
+      // When it went down: the one fact a gone process leaves that does not age.
+      p.append(el("span", "down-since", "down since " + new Date(t.since * 1000).toLocaleTimeString()), el("br"));
+    }
     if (t.stalled && t.stall_reason) p.append(el("span", "stall-reason", t.stall_reason), el("br"));
     const why = t.failure_reason && !String(t.reason).includes(t.failure_reason);
     p.append(el("span", "", why ? t.failure_reason + ": " + t.reason : t.reason));
@@ -243,8 +247,11 @@
     box.append(el("div", "section-title", "notable log lines"));
     const ol = el("ol", "lines");
     for (const e of lines) {
-      const li = el("li");
-      li.append(el("time", "", new Date(e.at * 1000).toLocaleTimeString()));
+      // A line older than this process is from an earlier start (a failed one, usually).
+      const earlier = t.started_at && e.at < t.started_at - 1;
+      const li = el("li", earlier ? "earlier" : "");
+      const at = new Date(e.at * 1000).toLocaleTimeString();
+      li.append(el("time", "", earlier ? at + " (earlier start)" : at));
       li.append(el("span", "cls " + (e.class === "fatal" ? "fatal" : ""), e.class));
       li.append(el("span", "text", e.text));
       ol.append(li);

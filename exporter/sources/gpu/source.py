@@ -21,23 +21,26 @@ from typing import Final, NoReturn, cast
 
 from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import GpuProcess, GpuReading, GpuSample, MigSample
-from exporter.core.gpuhealth import xid_label
 from exporter.sources import Scope
 from exporter.sources.gpu.protocol import (
     REQUEST,
-    GpuRecord,
     Hello,
     MigProcessRecord,
-    MigRecord,
     ProcessRecord,
     Reply,
     decode_object,
+)
+from exporter.sources.gpu.records import (
+    HealthTracker,
+    ValueCheck,
+    optional_int,
+    with_health,
+    with_mig_mode,
 )
 
 log = logging.getLogger(__name__)
 
 _PID_MAX_LIMIT: Final = 4_194_304  # the kernel's ceiling, when pid_max cannot be read
-_KIB: Final = 1024  # NVML reports PCIe throughput in KB/s, meaning KiB/s as nvitop reads it
 
 
 class NvmlReason(enum.StrEnum):
@@ -174,124 +177,6 @@ def _child_env(library_dir: str | None, extra: Mapping[str, str]) -> dict[str, s
     return env
 
 
-def _optional_int(value: int | None) -> int | None:
-    return None if value is None else int(value)
-
-
-def _ratio(percent: int | None) -> float | None:
-    return None if percent is None else int(percent) / 100.0
-
-
-def _gpu_sample(raw: GpuRecord) -> GpuSample:
-    """Convert one GPU of a child's reply; unsupported fields stay None."""
-    rx_kb = raw.get("pcie_rx_kb")
-    error = raw.get("error")
-    return GpuSample(
-        index=int(raw["index"]),
-        uuid=str(raw["uuid"]),
-        name=str(raw["name"]),
-        up=bool(raw["up"]),
-        memory_used_bytes=_optional_int(raw.get("used")),
-        memory_total_bytes=_optional_int(raw.get("total")),
-        memory_reserved_bytes=_optional_int(raw.get("reserved")),
-        utilization_ratio=_ratio(raw.get("util")),
-        memory_utilization_ratio=_ratio(raw.get("mem_util")),
-        pcie_rx_bytes_per_second=None if rx_kb is None else float(int(rx_kb) * _KIB),
-        error=None if error is None else str(error),
-    )
-
-
-def _with_mig_mode(sample: GpuSample, raw: GpuRecord) -> GpuSample:
-    """The GPU's MIG mode now and after a reset, where the GPU can do MIG at all."""
-    if "mig_mode" not in raw:
-        return sample
-    current = bool(raw["mig_mode"])
-    return replace(sample, mig_enabled=current, mig_pending=bool(raw.get("mig_pending", current)))
-
-
-def _mig_sample(raw: MigRecord) -> MigSample:
-    """Convert one MIG device of a child's reply."""
-    profile = raw.get("profile")
-    return MigSample(
-        gpu_index=int(raw["gpu"]),
-        uuid=str(raw["uuid"]),
-        gpu_instance_id=int(raw["gi"]),
-        compute_instance_id=int(raw["ci"]),
-        profile=None if profile is None else str(profile),
-        memory_used_bytes=_optional_int(raw.get("used")),
-        memory_total_bytes=_optional_int(raw.get("total")),
-    )
-
-
-# --- GPU health ---------------------------------------------------------------------------
-
-
-def _with_health(gpu: GpuSample, raw: GpuRecord) -> GpuSample:
-    """``gpu`` with the health fields of its record; a field the record lacks stays None."""
-    remap = raw.get("remap")
-    _, uncorrectable, pending, failure = (int(v) for v in remap) if remap else (None,) * 4
-    link = raw.get("pcie_link")
-    gen, gen_max, width, width_max = (int(v) for v in link) if link else (None,) * 4
-    ecc, retired, throttle = (
-        raw.get("ecc_uncorrected"),
-        raw.get("retired_pending"),
-        raw.get("throttle"),
-    )
-    return replace(
-        gpu,
-        xids=tuple(int(code) for code in raw.get("xids", ())),
-        unsupported=tuple(str(name) for name in raw.get("unsupported", ())),
-        ecc_uncorrected_volatile=_optional_int(ecc),
-        retired_pages_pending=None if retired is None else bool(retired),
-        remapped_rows_uncorrectable=uncorrectable,
-        remapped_rows_pending=None if pending is None else bool(pending),
-        remapped_rows_failed=None if failure is None else bool(failure),
-        throttle_reasons=_optional_int(throttle),
-        pcie_link_generation=gen,
-        pcie_link_generation_max=gen_max,
-        pcie_link_width=width,
-        pcie_link_width_max=width_max,
-    )
-
-
-class _HealthTracker:
-    """What GPU health needs across samples: Xid totals and the last ECC count, per UUID.
-
-    Kept in the parent, so a restarted NVML child neither resets the Xid counters nor
-    makes the ECC count it reads again look like new errors.
-    """
-
-    def __init__(self, warn_once: Callable[..., None]) -> None:
-        self._xids: dict[str, dict[str, int]] = {}
-        self._ecc: dict[str, int] = {}
-        self._warn_once = warn_once
-
-    def apply(self, gpu: GpuSample) -> GpuSample:
-        """The sample with its Xid totals and ECC growth filled in."""
-        counts = self._xids.setdefault(gpu.uuid, {})
-        for code in gpu.xids:
-            label = xid_label(code)
-            counts[label] = counts.get(label, 0) + 1
-            log.warning("gpu xid gpu=%d uuid=%s xid=%d", gpu.index, gpu.uuid, code)
-        new_ecc = 0
-        if gpu.ecc_uncorrected_volatile is not None:
-            before = self._ecc.get(gpu.uuid)
-            if before is not None and gpu.ecc_uncorrected_volatile > before:
-                new_ecc = gpu.ecc_uncorrected_volatile - before
-            self._ecc[gpu.uuid] = gpu.ecc_uncorrected_volatile
-        for reading in gpu.unsupported:
-            self._warn_once(
-                f"unsupported:{gpu.uuid}:{reading}",
-                "nvml health reading unsupported gpu=%d uuid=%s reading=%s hint=%s",
-                gpu.index,
-                gpu.uuid,
-                reading,
-                "this GPU or driver lacks the call (older driver or GPU model); its metric is "
-                "left out, everything else is read",
-            )
-        return replace(gpu, xid_counts=tuple(sorted(counts.items())), ecc_uncorrected_new=new_ecc)
-
-
 class GpuSource:
     """Samples every GPU through NVML in a child process that is restarted when it fails.
 
@@ -301,6 +186,7 @@ class GpuSource:
 
     Attributes:
         rejected_process_records: process records dropped as implausible (cumulative).
+        rejected_values: GPU and MIG readings out of range, read as unknown (cumulative).
         child_starts: NVML children started so far.
         last_reading: the last good reading; marked ``stale`` once a later sample failed.
     """
@@ -357,7 +243,8 @@ class GpuSource:
         self._failure: NvmlReason | None = None
         self._warned: set[str] = set()
         self._process_api: str | None = None
-        self._health = _HealthTracker(self._warn_once)
+        self._health = HealthTracker(self._warn_once)
+        self._values = ValueCheck(self.name, self._warn_once)
 
     def sample(self, deadline: float | None = None) -> GpuReading:
         """One reading of every GPU and its compute processes.
@@ -477,10 +364,10 @@ class GpuSource:
             self._fail(reason, f"nvmlDeviceGetCount code={code}")
         try:
             gpus = tuple(
-                self._health.apply(_with_health(_with_mig_mode(_gpu_sample(raw), raw), raw))
+                self._health.apply(with_health(with_mig_mode(self._values.gpu(raw), raw), raw))
                 for raw in reply["gpus"]
             )
-            migs = tuple(_mig_sample(raw) for raw in reply.get("migs", []))
+            migs = tuple(self._values.mig(raw) for raw in reply.get("migs", []))
             processes = _with_visibility(
                 self._checked_processes(reply["procs"], gpus, reply.get("mig_procs", []), migs)
             )
@@ -510,13 +397,13 @@ class GpuSource:
         slices = {mig.uuid: mig.memory_total_bytes for mig in migs}
         candidates = [
             (
-                GpuProcess(int(gpu_index), int(pid), _optional_int(used)),
+                GpuProcess(int(gpu_index), int(pid), optional_int(used)),
                 totals.get(int(gpu_index), -1),
             )
             for gpu_index, pid, used in raw
         ] + [
             (
-                GpuProcess(int(gpu_index), int(pid), _optional_int(used), mig_uuid=str(uuid)),
+                GpuProcess(int(gpu_index), int(pid), optional_int(used), mig_uuid=str(uuid)),
                 slices.get(str(uuid), -1),
             )
             for gpu_index, uuid, pid, used in mig_raw or []
@@ -541,6 +428,11 @@ class GpuSource:
                 "(nvitop#79); align nvidia-ml-py with the driver",
             )
         return tuple(kept)
+
+    @property
+    def rejected_values(self) -> int:
+        """GPU and MIG readings out of range so far, each read as unknown."""
+        return self._values.rejected
 
     def _note_process_api(self, api: object) -> None:
         if api is not None and api != self._process_api:
