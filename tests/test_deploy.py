@@ -301,7 +301,92 @@ def _monitor(kind: str, endpoints: str) -> dict[str, Any]:
     )
 
 
+_AM_MATCHERS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["name"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string"},
+            "value": {"type": "string"},
+            "matchType": {"enum": ["=", "!=", "=~", "!~"]},
+        },
+    },
+}
+_AM_ROUTE: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "receiver": {"type": "string"},
+        "groupBy": {"type": "array", "items": {"type": "string"}},
+        "groupWait": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+        "groupInterval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+        "repeatInterval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+        "matchers": _AM_MATCHERS,
+        "continue": {"type": "boolean"},
+        "routes": {"type": "array", "items": {"$ref": "#/$defs/route"}},
+    },
+}
+# monitoring.coreos.com/v1alpha1 AlertmanagerConfig: the fields the example uses.
+_ALERTMANAGER_CONFIG = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "$defs": {"route": _AM_ROUTE},
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1alpha1"},
+        "kind": {"const": "AlertmanagerConfig"},
+        "metadata": _META,
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["route", "receivers"],
+            "properties": {
+                "route": {"$ref": "#/$defs/route", "required": ["receiver"]},
+                "receivers": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["name"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "name": {"type": "string"},
+                            "webhookConfigs": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["url"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "url": {"type": "string", "pattern": "^https?://"},
+                                        "sendResolved": {"type": "boolean"},
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+                "inhibitRules": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "sourceMatch": _AM_MATCHERS,
+                            "targetMatch": _AM_MATCHERS,
+                            "equal": {"type": "array", "items": {"type": "string"}},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
 CRD_SCHEMAS = {
+    "AlertmanagerConfig": _ALERTMANAGER_CONFIG,
     "ServiceMonitor": _monitor("ServiceMonitor", "endpoints"),
     "PodMonitor": _monitor("PodMonitor", "podMetricsEndpoints"),
     "PrometheusRule": _crd(
@@ -456,6 +541,31 @@ def test_prometheusrule_is_generated_from_the_rule_files():
         for g in yaml.safe_load((DEPLOY / "prometheus" / name).read_text())["groups"]
     ]
     assert groups == sources
+
+
+def test_alertmanagerconfig_is_the_shipped_alertmanager_example(tmp_path):
+    """The operator's copy routes and inhibits as alertmanager.yml (which amtool checks)."""
+    spec = manifests()["AlertmanagerConfig"]["spec"]
+    example = yaml.safe_load((DEPLOY / "alertmanager/alertmanager.yml").read_text())
+    route = example["route"]
+    assert spec["route"]["groupBy"] == route["group_by"] == ["alertname", "model"]
+    assert spec["route"]["groupWait"] == route["group_wait"]
+    assert spec["route"]["receiver"] == spec["receivers"][0]["name"]
+    assert [
+        (r["sourceMatch"][0]["value"], r["targetMatch"][0]["value"]) for r in spec["inhibitRules"]
+    ] == [
+        ("InferenceStartFailed", "InferenceColdStartStalled"),
+        ("InferenceColdStartStalled", "InferenceColdStartSlowerThanHistory"),
+    ]
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert "alertmanagerconfig.yaml" not in kustomization["resources"]  # optional, by hand
+
+
+def test_alertmanagerconfig_schema_catches_a_snake_case_field():
+    doc = manifests()["AlertmanagerConfig"]
+    doc["spec"]["route"]["group_wait"] = "30s"  # alertmanager.yml's spelling, not the CRD's
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, CRD_SCHEMAS["AlertmanagerConfig"])
 
 
 def test_prometheusrule_groups_pass_promtool(tmp_path):

@@ -129,6 +129,12 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     ),
     "runtime class nvidia": ("--set", "runtimeClassName=nvidia"),
     "monitors": ("--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true"),
+    "alertmanager": (
+        "--set",
+        "alertmanagerConfig.enabled=true",
+        "--set",
+        "alertmanagerConfig.webhookUrl=https://pager.example/hook",
+    ),
     "static targets": ("-f", str(ROOT / "tests/fixtures/helm/static-targets.yaml")),
     "tuned": (
         "-f",
@@ -184,6 +190,7 @@ def test_every_document_of_every_variant_passes_the_schemas(helm_render, rendere
         "DaemonSet",
         "ServiceMonitor",
         "PrometheusRule",
+        "AlertmanagerConfig",
     }
 
 
@@ -474,6 +481,22 @@ def test_prometheus_rule_carries_the_rule_files_unchanged(rendered):
     assert any(
         "{{ $labels.target }}" in str(r.get("annotations")) for g in groups for r in g["rules"]
     )
+
+
+def test_alertmanager_config_is_the_shipped_example_with_the_values_webhook(rendered):
+    docs = by_kind(rendered["alertmanager"])
+    spec = docs["AlertmanagerConfig"]["spec"]
+    expected = manifests()["AlertmanagerConfig"]["spec"]
+    assert spec["receivers"][0]["webhookConfigs"][0]["url"] == "https://pager.example/hook"
+    expected["receivers"][0]["webhookConfigs"][0]["url"] = "https://pager.example/hook"
+    assert spec == expected
+    assert "AlertmanagerConfig" not in by_kind(rendered["default"])  # optional
+
+
+def test_alertmanager_config_without_a_webhook_is_refused(helm_render):
+    result = helm(helm_render, "--set", "alertmanagerConfig.enabled=true")
+    assert result.returncode != 0
+    assert "alertmanagerConfig.webhookUrl" in result.stderr
 
 
 def test_the_charts_copy_of_the_rules_is_current(tmp_path):
