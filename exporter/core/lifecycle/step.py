@@ -132,11 +132,14 @@ def _track_wake(prev: TargetState, state: TargetState, ev: Evidence, now: float)
 def _after_probe(state: TargetState, obs: Observation) -> TargetState:
     h = obs.health
     failures = 0 if h is None or h.ok else state.health_failures + 1
+    # A completion probe runs beside the loop: one sent before a death can answer after it.
+    # Only a server that is up keeps a completion result; a dead one shows none.
+    up = state.phase in UP_PHASES
     return replace(
         state,
         health_failures=failures,
         last_health=h if h is not None else state.last_health,
-        last_completion=obs.completion or state.last_completion,
+        last_completion=(obs.completion or state.last_completion) if up else None,
     )
 
 
