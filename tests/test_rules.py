@@ -123,7 +123,8 @@ def test_every_alert_has_the_node_mixin_shape(alert):
     assert re.fullmatch(r"\d+[smh]", str(alert.get("for", ""))), "needs a for:"
     assert alert["labels"]["severity"] in ("warning", "critical")
     annotations = alert["annotations"]
-    assert {"summary", "description", "runbook", "runbook_url"} <= set(annotations)
+    missing = {"summary", "description", "runbook", "runbook_url"} - set(annotations)
+    assert not missing, f"needs {missing} (runbook_url: {RUNBOOK_BASE}{alert['alert']}.md)"
     assert set(annotations) <= {"summary", "description", "runbook", "runbook_url"} | ON_CALL
     assert all(len(text) > 20 for text in annotations.values())
     assert annotations["summary"].endswith(".")
@@ -131,10 +132,11 @@ def test_every_alert_has_the_node_mixin_shape(alert):
 
 @pytest.mark.parametrize("alert", alerts(), ids=lambda a: a["alert"])
 def test_every_alert_links_its_own_runbook_page(alert):
-    url = alert["annotations"]["runbook_url"]
+    url = alert["annotations"].get("runbook_url", "")
     assert url.startswith(RUNBOOK_BASE), url
     page = ROOT / "docs/runbooks" / url.removeprefix(RUNBOOK_BASE)
     assert page.name == f"{alert['alert']}.md"
+    assert page.is_file(), f"write {page.relative_to(ROOT)} (see docs/runbooks/README.md)"
     text = page.read_text()
     assert text.startswith(f"# {alert['alert']}\n")
     for section in ("## What it means", "## Confirm it", "## Usual causes", "## What to do"):
@@ -145,6 +147,8 @@ def test_every_runbook_page_belongs_to_an_alert():
     names = {a["alert"] for a in alerts()}
     pages = {p.stem for p in (ROOT / "docs/runbooks").glob("*.md")} - {"README"}
     assert pages == names
+    index = (ROOT / "docs/runbooks/README.md").read_text()
+    assert {n for n in names if f"[{n}.md]({n}.md)" not in index} == set(), "list it in README.md"
 
 
 def _unit_test_cases() -> list[dict[str, Any]]:
