@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -198,9 +199,18 @@ def test_only_the_shell_imports_sources():
 
 
 def test_the_product_never_imports_its_tooling():
-    # The CLI's command table names tooling modules by string and imports them lazily.
+    # Not even by name: the tooling has its own entry point (python -m exporter_tooling).
     users = importers_of("exporter_tooling")
     assert not users, f"{sorted(users)} import exporter_tooling"
+
+
+def test_the_product_names_no_tooling_and_the_wheel_ships_none():
+    named = [m for m, p in MODULES.items() if "exporter_tooling" in p.read_text()]
+    assert not named, f"{named} name the tooling"
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    shipped = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert not [p for p in shipped if p.startswith("exporter_tooling")]
+    assert "exporter_tooling" not in pyproject["tool"]["setuptools"]["package-data"]
 
 
 def test_the_product_ships_no_c_source():

@@ -42,7 +42,7 @@ def demo(*args, stderr=subprocess.DEVNULL):
         [
             sys.executable,
             "-m",
-            "exporter",
+            "exporter_tooling",
             "demo",
             "--web.listen-address",
             f"127.0.0.1:{port}",
