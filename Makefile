@@ -25,7 +25,7 @@ $(VENV)/.installed-test: pyproject.toml tools/install-system-packages.sh | $(BIN
 	touch $@
 
 demo: $(VENV)/.installed-demo
-	$(BIN)/inference-lifecycle-exporter demo
+	$(BIN)/python -m exporter_tooling demo
 
 lint: $(VENV)/.installed-test
 	$(BIN)/python -m ruff check exporter exporter_tooling tests
@@ -41,7 +41,7 @@ test: lint real-engines
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
-	$(BIN)/inference-lifecycle-exporter bench
+	$(BIN)/python -m exporter_tooling bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info

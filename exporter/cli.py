@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Final
@@ -41,17 +41,11 @@ EXIT_INTERRUPTED: Final = 130
 COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "run": ("exporter.cli", "run the exporter daemon (the default)"),
     "check-config": ("exporter.cli", "validate a config file and exit"),
-    "demo": ("exporter_tooling.demo", "run the exporter against a simulated cold-starting engine"),
-    "simulate": ("exporter_tooling.simulate", "run a simulated cold-starting inference engine"),
     "record": ("exporter.commands.replay", "record observations per tick to a JSONL trace"),
     "replay": ("exporter.commands.replay", "replay a recorded trace through the lifecycle core"),
     "replay-log": (
         "exporter.commands.replay_log",
         "replay an engine log file through the classifier",
-    ),
-    "bench": (
-        "exporter_tooling.bench.command",
-        "measure scrape latency, sampling cost and detection time",
     ),
     "wait": ("exporter.commands.wait", "wait until a target is ready (replaces curl loops)"),
     "status": ("exporter.commands.status", "print a table of every target's phase and progress"),
@@ -170,16 +164,22 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser; only ``command``'s module is imported to configure its flags."""
-    parser = argparse.ArgumentParser(
-        prog="inference-lifecycle-exporter",
-        description="Watches LLM inference servers through their cold starts and exports "
-        "phase, progress, stall and readiness as Prometheus metrics.",
-    )
+def build_parser(
+    command: str | None = None,
+    *,
+    commands: Mapping[str, tuple[str, str]] = COMMANDS,
+    prog: str = "inference-lifecycle-exporter",
+    description: str = "Watches LLM inference servers through their cold starts and exports "
+    "phase, progress, stall and readiness as Prometheus metrics.",
+) -> argparse.ArgumentParser:
+    """The argument parser; only ``command``'s module is imported to configure its flags.
+
+    ``commands`` is the product's table by default; the tooling's entry point passes its own.
+    """
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--version", action="version", version=__version__)
     subs = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_) in COMMANDS.items():
+    for name, (module, help_) in commands.items():
         sub = subs.add_parser(
             name,
             help=help_,
@@ -217,7 +217,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(args, signals)
     if args.command == "check-config":
         return check_config(args)
-    module = importlib.import_module(COMMANDS[args.command][0])
+    return run_command(COMMANDS[args.command][0], args)
+
+
+def run_command(module_name: str, args: argparse.Namespace) -> int:
+    """Run a subcommand module's ``run(args)``, stoppable by SIGINT and SIGTERM."""
+    module = importlib.import_module(module_name)
     with _interruptible():
         try:
             result: int = module.run(args)

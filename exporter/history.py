@@ -20,7 +20,7 @@ from typing import Any, Final, NamedTuple
 
 from exporter.base.files import FileIdentity, file_identity
 from exporter.base.model import STARTUP_PHASES, Phase
-from exporter.base.records import ColdStart, SavedStart
+from exporter.base.records import ColdStart, SavedStart, StartOutcome
 
 log = logging.getLogger(__name__)
 #: After the store was lost (deleted, truncated, corrupt), ``source_up{source="history"}``
@@ -230,7 +230,11 @@ class History:
             "ORDER BY started_at DESC LIMIT ?",
             (KEPT_STARTS,),
         )
-        return [_Kept(r[0], r[1] or "", r[2] or "", _cold_start(r[3:])) for r in reversed(rows)]
+        return [
+            _Kept(r[0], r[1] or "", r[2] or "", _cold_start(r[3:]))
+            for r in reversed(rows)
+            if r[5] in _OUTCOMES
+        ]
 
     def _insert(self, entry: _Kept) -> bool:
         target, engine, model, cold = entry
@@ -259,12 +263,12 @@ class History:
             "ORDER BY started_at DESC LIMIT ?",
             (target, limit),
         )
-        return [_cold_start(r) for r in rows]
+        return [_cold_start(r) for r in rows if r[2] in _OUTCOMES]
 
     def expectations(self, target: str) -> Expectations:
         """Median phase durations, longest quiet stretches and last peak of good starts."""
-        good = [c for c in self.starts(target, RECENT_STARTS * 3) if c.outcome == "ready"]
-        good = good[:RECENT_STARTS]
+        recent = self.starts(target, RECENT_STARTS * 3)
+        good = [c for c in recent if c.outcome is StartOutcome.READY][:RECENT_STARTS]
         if not good:
             return Expectations()
         phases = {
@@ -373,9 +377,14 @@ def _header(path: str) -> bytes | None:
         return None
 
 
+#: A row of another outcome was written by no version of ours: it is skipped when read.
+_OUTCOMES: Final = frozenset(StartOutcome)
+
+
 def _cold_start(r: tuple[Any, ...] | list[Any]) -> ColdStart:
     """A ``cold_starts`` row from ``started_at`` on as a record."""
-    return ColdStart(r[0], r[1], r[2], r[3], _load(r[4]), _load(r[5]), r[6], r[7])
+    outcome = StartOutcome(r[2])
+    return ColdStart(r[0], r[1], outcome, r[3], _load(r[4]), _load(r[5]), r[6], r[7])
 
 
 def _connect(path: str) -> sqlite3.Connection:

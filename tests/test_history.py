@@ -12,7 +12,7 @@ import time
 import pytest
 
 from exporter.base.model import Phase
-from exporter.base.records import ColdStart, SavedStart
+from exporter.base.records import ColdStart, SavedStart, StartOutcome
 from exporter.config import Settings
 from exporter.core.lifecycle import learned_stall_seconds
 from exporter.daemon import Daemon
@@ -23,13 +23,23 @@ def cold(start, outcome="ready", loading=300.0, quiet=40.0):
     return ColdStart(
         start,
         start + 60 + loading,
-        outcome,
+        StartOutcome(outcome),
         None if outcome == "ready" else "oom",
         ((Phase.STARTING, 60.0), (Phase.LOADING, loading)),
         ((Phase.LOADING, quiet),),
         10,
         76 * 2**30,
     )
+
+
+def test_outcomes_are_stored_and_read_as_the_same_strings(tmp_path):
+    store = History.open(str(tmp_path))
+    store.record("t", "sglang", "m", cold(1000.0, outcome="failed"))
+    store.record("t", "sglang", "m", cold(3000.0))
+    with sqlite3.connect(tmp_path / "history.sqlite") as db:
+        stored = [r[0] for r in db.execute("SELECT outcome FROM cold_starts ORDER BY started_at")]
+    assert stored == ["failed", "ready"]
+    assert [c.outcome for c in store.starts("t")] == [StartOutcome.READY, StartOutcome.FAILED]
 
 
 def test_expectations_come_from_recent_successful_starts(tmp_path):

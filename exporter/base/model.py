@@ -247,8 +247,9 @@ class GpuSample:
     # GPU health (exporter.core.gpuhealth reads them); None: unsupported here, never 0.
     #: Xid codes of the critical-error events NVML delivered in this sample (new ones only).
     xids: tuple[int, ...] = ()
-    #: Xid events counted since the exporter started, by ``gpuhealth.xid_label``.
-    xid_counts: tuple[tuple[str, int], ...] = ()
+    #: Xid events counted since the exporter started, by raw code, lowest first (the core's
+    #: ``gpuhealth.xid_label_counts`` folds them into the bounded ``xid`` label values).
+    xid_counts: tuple[tuple[int, int], ...] = ()
     #: Uncorrectable ECC errors since the driver loaded (NVML's volatile count, amd-smi's RAS).
     ecc_uncorrected_volatile: int | None = None
     #: Growth of ``ecc_uncorrected_volatile`` since the previous sample of this GPU.

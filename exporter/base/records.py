@@ -6,6 +6,7 @@ renderers read a finished start without importing the lifecycle's logic.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from exporter.base.model import STARTUP_PHASES, Phase
@@ -21,13 +22,20 @@ class Transition:
     reason: str
 
 
+class StartOutcome(enum.StrEnum):
+    """How a cold start ended; the value is what history stores and ``/status`` shows."""
+
+    READY = "ready"
+    FAILED = "failed"
+
+
 @dataclass(frozen=True, slots=True)
 class ColdStart:
     """A finished cold start (ready or failed): what history stores and ``/status`` shows."""
 
     started_at: float
     ended_at: float
-    outcome: str
+    outcome: StartOutcome
     reason: str | None
     phase_seconds: tuple[tuple[Phase, float], ...]
     longest_quiet_seconds: tuple[tuple[Phase, float], ...]

@@ -63,7 +63,7 @@ class PhaseChange:
 
 
 @dataclass(frozen=True, slots=True)
-class Replay:
+class LogReplay:
     """What replaying one log concluded.
 
     Attributes:
@@ -167,7 +167,7 @@ def _profile(name: str) -> LogProfile:
 
 def replay(
     lines: Sequence[tuple[int, str]], engine: str | None, *, reference: float = 0.0
-) -> Replay:
+) -> LogReplay:
     r"""Run numbered lines through the classifier and ``lifecycle.step`` as if they were live.
 
     Args:
@@ -196,7 +196,7 @@ def replay(
             phases.append(PhaseChange(state.phase, ln.number, ln.at))
     outcome = _outcome(phases)
     failed = outcome == "failed"
-    return Replay(
+    return LogReplay(
         engine=engine,
         engine_source=source,
         engine_line=line_no,
@@ -256,7 +256,7 @@ def _count_classes(events: Iterable[LogEvent]) -> dict[LogClass, int]:
     return {cls: counts.get(cls, 0) for cls in LogClass}
 
 
-def to_json(result: Replay) -> dict[str, object]:
+def to_json(result: LogReplay) -> dict[str, object]:
     """The ``--json`` object: engine and source, outcome, reason and detail, phases, etc."""
     progress = None
     if result.progress is not None:
@@ -278,7 +278,7 @@ def _when(at: float | None) -> str:
     return datetime.fromtimestamp(at).isoformat(sep=" ", timespec="seconds") if at else "-"
 
 
-def _engine_source(result: Replay) -> str:
+def _engine_source(result: LogReplay) -> str:
     if result.engine_source == "detected":
         return f"detected at line {result.engine_line}"
     if result.engine_source == "unknown":
@@ -288,7 +288,7 @@ def _engine_source(result: Replay) -> str:
     return "given"
 
 
-def render_text(result: Replay) -> str:
+def render_text(result: LogReplay) -> str:
     """The human-readable report: engine, phase timeline, progress, outcome, line classes."""
     out = [f"engine    {result.engine} ({_engine_source(result)})", ""]
     out += ["   line  time                 phase"]

@@ -67,6 +67,15 @@ def xid_label(code: int) -> str:
     return str(code) if code in XID_DESCRIPTIONS else OTHER_XID
 
 
+def xid_label_counts(counts: Iterable[tuple[int, int]]) -> tuple[tuple[str, int], ...]:
+    """Raw Xid counts by code folded into counts by ``xid`` label, sorted by label."""
+    by_label: dict[str, int] = {}
+    for code, count in counts:
+        label = xid_label(code)
+        by_label[label] = by_label.get(label, 0) + count
+    return tuple(sorted(by_label.items()))
+
+
 def throttle_active(reasons: int) -> dict[str, bool]:
     """Each kept throttle reason and whether its bit is set in NVML's bitmask."""
     return {name: bool(reasons & bit) for name, bit in THROTTLE_REASONS.items()}

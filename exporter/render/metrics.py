@@ -21,7 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from exporter.base.model import FailureReason, GpuSample, LogClass, Phase, ProbeKind
-from exporter.core.gpuhealth import throttle_active
+from exporter.core.gpuhealth import throttle_active, xid_label_counts
 from exporter.core.lifecycle import Histogram, observed_load_seconds
 from exporter.core.snapshot import Snapshot, TargetSnapshot
 from exporter.render.bounds import bound_families
@@ -606,7 +606,7 @@ def gpu_health_families(snap: Snapshot) -> Iterator[Metric]:
     every = snap.all_gpu_health
     for g in snap.gpus:
         key = [str(g.index), g.uuid]
-        for label, count in g.xid_counts:
+        for label, count in xid_label_counts(g.xid_counts):
             xids.add_metric([*key, label], float(count))
         for reading in g.unsupported if every else ():
             unsupported.add_metric([*key, reading], 1.0)

@@ -10,7 +10,7 @@ import json
 
 from exporter.base.model import GpuSample, LogEvent, MigSample, Phase, ProbeResult
 from exporter.base.records import ColdStart, Transition
-from exporter.core.gpuhealth import throttle_active
+from exporter.core.gpuhealth import throttle_active, xid_label_counts
 from exporter.core.lifecycle import (
     TargetState,
     load_disagreement,
@@ -95,7 +95,7 @@ def _gpu_health(g: GpuSample) -> GpuHealthDoc:
             f"(max Gen{g.pcie_link_generation_max} x{g.pcie_link_width_max})"
         )
     return {
-        "xid_errors": dict(g.xid_counts),
+        "xid_errors": dict(xid_label_counts(g.xid_counts)),
         "ecc_uncorrected_volatile": g.ecc_uncorrected_volatile,
         "retired_pages_pending": g.retired_pages_pending,
         "remapped_rows_pending": g.remapped_rows_pending,

@@ -1,7 +1,7 @@
 """Sources do I/O and nothing else: each returns a plain typed reading.
 
-Every source keeps one contract (``Source``): a name (its ``source`` label), a scope (the
-host, or one target) and ``sample(deadline)``. ``run_source`` wraps one call the way
+Every source keeps one contract (``Source``): a name (its ``source`` label) and
+``sample(deadline)``. ``run_source`` wraps one call the way
 node_exporter's ``execute()`` wraps a collector: it times it, turns any exception into a
 failed ``SourceStatus`` (``SourceAbsent`` into an absent one, which is no failure) and logs
 only edges. ``SourceRunner`` runs a tick's calls under one
@@ -12,7 +12,6 @@ its target by the last tick, so it never needs core state pushed into it.
 
 from __future__ import annotations
 
-import enum
 import functools
 import logging
 import threading
@@ -36,13 +35,6 @@ DEADLINE_EXCEEDED: Final = "deadline_exceeded"
 STILL_RUNNING: Final = "still_running"
 
 
-class Scope(enum.StrEnum):
-    """What a source reads about: the whole host, or one target."""
-
-    HOST = "host"
-    TARGET = "target"
-
-
 class Source(Protocol[R_co]):
     """What the loop samples once a tick.
 
@@ -55,11 +47,6 @@ class Source(Protocol[R_co]):
     @property
     def name(self) -> str:
         """The ``source`` label value, e.g. ``process`` or ``nvml``."""
-        ...
-
-    @property
-    def scope(self) -> Scope:
-        """Host-wide, or about one target."""
         ...
 
     def sample(self, deadline: float) -> R_co:

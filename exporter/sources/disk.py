@@ -16,7 +16,6 @@ from typing import Final
 
 from exporter.base.errors import SourceError
 from exporter.base.model import DiskSample
-from exporter.sources import Scope
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +128,6 @@ class DiskSource:
     """
 
     name: Final = "disk"
-    scope: Final = Scope.HOST
 
     def __init__(self, paths: Sequence[str] = (), *, sys_root: str = SYS_ROOT) -> None:
         self._paths = (paths,) if isinstance(paths, str) else tuple(paths)

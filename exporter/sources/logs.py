@@ -30,7 +30,7 @@ from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import LogReading, RawLogLine
 from exporter.config import Target
 from exporter.core.classify import might_matter, redact
-from exporter.sources import Scope, TargetSeen, TargetSource
+from exporter.sources import TargetSeen, TargetSource
 
 
 @functools.cache
@@ -209,7 +209,6 @@ class FileLogSource:
     """
 
     name: Final = "logs"
-    scope: Final = Scope.TARGET
 
     def __init__(
         self,
@@ -455,7 +454,6 @@ class _JournalFollower:
     """What both journal readers share: unit, cursor and the file checks."""
 
     name: Final = "logs"
-    scope: Final = Scope.TARGET
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Final
 
 from exporter.base.model import ModelSize
-from exporter.sources import Scope, TargetSeen
+from exporter.sources import TargetSeen
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,6 @@ class ModelSizeSource:
     """Measures one target's model weights; constructed once per target and model path."""
 
     name: Final = "model_size"
-    scope: Final = Scope.TARGET
 
     def __init__(
         self,

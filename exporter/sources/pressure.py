@@ -13,7 +13,6 @@ from typing import Final
 
 from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import MemoryPressure
-from exporter.sources import Scope
 
 PSI_MEMORY: Final = "/proc/pressure/memory"
 #: No config key turns this source on or off: the kernel decides.
@@ -52,7 +51,6 @@ class MemoryPressureSource:
     """Samples the host's memory pressure once a tick (one small read of a procfs file)."""
 
     name: Final = "memory_pressure"
-    scope: Final = Scope.HOST
 
     def __init__(self, path: str = PSI_MEMORY) -> None:
         self._path = path

@@ -1,4 +1,4 @@
-"""The benchmark behind ``inference-lifecycle-exporter bench``, one module per concern.
+"""The benchmark behind ``python -m exporter_tooling bench``, one module per concern.
 
 ``command`` (flags, the table on stdout, the JSON report) runs ``measure`` (the stand-ins up,
 then the sections: ``scrape``, ``sampling``, ``detection`` for ready and stall), which starts

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         except BenchError as exc:
             print(f"bench: {exc}", file=sys.stderr)
             return EXIT_FAILED
-    report["command"] = " ".join(["inference-lifecycle-exporter", *sys.argv[1:]])
+    report["command"] = " ".join(["python -m exporter_tooling", *sys.argv[1:]])
     print(render_table(report))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m exporter_tooling.simulate``: the subcommand without the CLI around it."""
-    parser = argparse.ArgumentParser(prog="inference-lifecycle-exporter simulate")
+    parser = argparse.ArgumentParser(prog="python -m exporter_tooling simulate")
     configure_parser(parser)
     return run(parser.parse_args(argv))
 

@@ -42,7 +42,7 @@ def demo(*args, stderr=subprocess.DEVNULL):
         [
             sys.executable,
             "-m",
-            "exporter",
+            "exporter_tooling",
             "demo",
             "--web.listen-address",
             f"127.0.0.1:{port}",
@@ -112,7 +112,7 @@ def test_demo_sleep_wake_on_the_default_engine_sleeps_and_its_log_is_never_down(
 
 def test_demo_refuses_a_scenario_its_engine_cannot_play():
     done = subprocess.run(
-        [sys.executable, "-m", "exporter", "demo", "--scenario", "sleep-wake"]
+        [sys.executable, "-m", "exporter_tooling", "demo", "--scenario", "sleep-wake"]
         + ["--engine", "sglang"],
         cwd=ROOT,
         capture_output=True,

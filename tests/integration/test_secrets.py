@@ -13,7 +13,7 @@ from tests.integration.harness import ROOT, exporter, free_port, stop
 
 pytestmark = pytest.mark.integration
 CANARY = "sk-CANARY0123456789abcdef"
-LAUNCH = "import sys; from exporter.cli import main; sys.exit(main(sys.argv[2:]))"
+LAUNCH = "import sys; from exporter_tooling.__main__ import main; sys.exit(main(sys.argv[2:]))"
 
 
 def test_api_keys_never_leak_into_any_output(tmp_path):

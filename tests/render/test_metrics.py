@@ -137,7 +137,7 @@ def snapshot():
             pcie_rx_bytes_per_second=None if i == 2 else 24e9,
             error="gpu_lost" if i == 3 else None,
             # GPU 1 fell off the bus once and throttles on power; GPU 2 has an old driver
-            xid_counts=(("79", 1),) if i == 1 else (),
+            xid_counts=((79, 1),) if i == 1 else (),
             ecc_uncorrected_volatile=None if i == 2 else 0,
             retired_pages_pending=None if i == 2 else False,
             remapped_rows_pending=None if i == 2 else i == 1,

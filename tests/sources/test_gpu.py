@@ -703,8 +703,8 @@ def test_xid_events_are_delivered_once_and_counted_by_code(make_source, state):
     assert [g.xids for g in first.gpus] == [(999,), (79, 48)]
     assert [g.xids for g in second.gpus] == [(), (79,)]
     assert [g.xids for g in third.gpus] == [(), ()]  # each event once
-    assert third.gpus[0].xid_counts == (("other", 1),)  # an unknown code keeps the label bounded
-    assert third.gpus[1].xid_counts == (("48", 1), ("79", 2))
+    assert third.gpus[0].xid_counts == ((999, 1),)  # raw codes: the core labels them
+    assert third.gpus[1].xid_counts == ((48, 1), (79, 2))
 
 
 @pytest.mark.integration
@@ -770,5 +770,5 @@ def test_an_xid_from_a_gpu_that_is_then_lost_is_still_reported(make_source, stat
     gone, other = source.sample().gpus
 
     assert (gone.up, gone.error, gone.xids) == (False, "gpu_lost", (79,))
-    assert gone.xid_counts == (("79", 1),)
+    assert gone.xid_counts == ((79, 1),)
     assert other.up and other.xids == () and other.pcie_link_width == 16

@@ -14,7 +14,6 @@ from exporter.base.model import RawLogLine
 from exporter.sources import (
     DEADLINE_EXCEEDED,
     STILL_RUNNING,
-    Scope,
     SourceCall,
     SourceHealth,
     SourceRunner,
@@ -31,7 +30,6 @@ class FifoReader:
     """
 
     name = "stuck"
-    scope = Scope.TARGET
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -177,8 +175,6 @@ def test_this_hosts_memory_pressure_reads_as_ratios():
 
 class Recorder:
     """A source that notes which thread ran it and when it finished; sleeps ``seconds`` first."""
-
-    scope = Scope.TARGET
 
     def __init__(self, name: str, seconds: float = 0.0) -> None:
         self.name = name

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_quick_run_measures_every_section_and_writes_the_report(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, "-m", "exporter", "bench", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "exporter_tooling", "bench", "--quick", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -72,7 +72,7 @@ def test_quick_run_measures_every_section_and_writes_the_report(tmp_path):
 
 def test_an_unknown_section_is_a_usage_error(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "exporter", "bench", "--only", "scrape,warp", "--out", "x"],
+        [sys.executable, "-m", "exporter_tooling", "bench", "--only", "scrape,warp", "--out", "x"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -13,7 +13,7 @@ from exporter.base.model import (
     Observation,
     Phase,
 )
-from exporter.base.records import ColdStart, Transition
+from exporter.base.records import ColdStart, StartOutcome, Transition
 from exporter.core.classify import reason_detail
 from exporter.core.lifecycle.state import (
     NOTABLE_LINES_KEPT,
@@ -59,7 +59,7 @@ def _observe_cold_start(counters: Counters, seconds: float) -> Counters:
 
 
 def _finish_start(
-    state: TargetState, now: float, outcome: str, reason: FailureReason | None
+    state: TargetState, now: float, outcome: StartOutcome, reason: FailureReason | None
 ) -> ColdStart | None:
     if state.started_at is None or not state.observed_startup:
         return None
@@ -210,7 +210,7 @@ def enter(
         since = min(now, state.create_time) if state.create_time is not None else now
         state = replace(state, observed_startup=True, phase_since=since, started_at=since)
     if phase in (Phase.READY, Phase.SERVING) and state.ready_at is None:
-        finished = _finish_start(state, now, "ready", None)
+        finished = _finish_start(state, now, StartOutcome.READY, None)
         counters = state.counters
         if finished is not None:
             counters = _observe_cold_start(counters, finished.duration_seconds)
@@ -224,7 +224,7 @@ def enter(
         )
     elif phase is Phase.FAILED:
         reason_ = failure or FailureReason.EXITED
-        finished = _finish_start(state, now, "failed", reason_) if was_startup else None
+        finished = _finish_start(state, now, StartOutcome.FAILED, reason_) if was_startup else None
         counters = replace(
             state.counters, start_failures=bump(state.counters.start_failures, reason_)
         )

@@ -14,13 +14,15 @@ from dataclasses import replace
 from typing import Any, Final, TypeVar
 
 from exporter.base.model import GpuSample, MigSample
-from exporter.core.gpuhealth import xid_label
 from exporter.sources.gpu.protocol import GpuRecord, MigRecord
 
 # The GPU source's logger: what it says of its readings reads as it did before the move.
 log = logging.getLogger("exporter.sources.gpu.source")
 
 _KIB: Final = 1024  # NVML reports PCIe throughput in KB/s, meaning KiB/s as nvitop reads it
+#: Distinct Xid codes counted per GPU; further new codes count under ``XID_OVERFLOW``.
+MAX_XID_CODES: Final = 256
+XID_OVERFLOW: Final = -1
 
 
 def optional_int(value: int | None) -> int | None:
@@ -109,7 +111,7 @@ class HealthTracker:
     """
 
     def __init__(self, warn_once: Callable[..., None]) -> None:
-        self._xids: dict[str, dict[str, int]] = {}
+        self._xids: dict[str, dict[int, int]] = {}
         self._ecc: dict[str, int] = {}
         self._warn_once = warn_once
 
@@ -117,8 +119,10 @@ class HealthTracker:
         """The sample with its Xid totals and ECC growth filled in."""
         counts = self._xids.setdefault(gpu.uuid, {})
         for code in gpu.xids:
-            label = xid_label(code)
-            counts[label] = counts.get(label, 0) + 1
+            # Raw codes: which are well known (their own label) is the core's to say. A
+            # driver inventing codes cannot grow the table past its bound.
+            kept = code if code in counts or len(counts) < MAX_XID_CODES else XID_OVERFLOW
+            counts[kept] = counts.get(kept, 0) + 1
             log.warning("gpu xid gpu=%d uuid=%s xid=%d", gpu.index, gpu.uuid, code)
         new_ecc = 0
         if gpu.ecc_uncorrected_volatile is not None:

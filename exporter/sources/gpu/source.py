@@ -21,7 +21,6 @@ from typing import Final, NoReturn, cast
 
 from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import GpuProcess, GpuReading, GpuSample, MigSample
-from exporter.sources import Scope
 from exporter.sources.gpu.protocol import (
     REQUEST,
     Hello,
@@ -192,7 +191,6 @@ class GpuSource:
     """
 
     name: str = "nvml"
-    scope: Final = Scope.HOST
     #: The child's module, and how its init codes and failures read: a vendor's subclass
     #: (``amd.source.AmdGpuSource``) sets its own.
     worker_module: str = "exporter.sources.gpu.nvidia.worker"

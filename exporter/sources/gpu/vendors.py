@@ -19,12 +19,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Final
 
 from exporter.base.errors import SourceError
 from exporter.base.model import GpuReading
 from exporter.config import Settings
-from exporter.sources import Scope
 from exporter.sources.gpu.amd.source import AmdGpuSource, amdsmi_library_present
 from exporter.sources.gpu.source import ABSENT_REASONS, GpuSource
 
@@ -37,8 +35,6 @@ class OptionalVendor:
     The vendor's source keeps retrying with its backoff, so a library installed later is
     picked up.
     """
-
-    scope: Final = Scope.HOST
 
     def __init__(self, source: GpuSource) -> None:
         self.source = source

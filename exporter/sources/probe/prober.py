@@ -19,7 +19,7 @@ from exporter.base.model import EngineReport, ProbeKind, ProbeOutcome, ProbeResu
 from exporter.config import Target
 from exporter.config.keys import load_api_key
 from exporter.engines import ReportKind
-from exporter.sources import Scope, TargetSeen
+from exporter.sources import TargetSeen
 from exporter.sources.probe.answers import judge, says_sleeping
 from exporter.sources.probe.client import Failed, HttpClient, Reply
 from exporter.sources.probe.reports import LIVE, REQUESTS, read_report
@@ -56,7 +56,6 @@ class Prober:
     """
 
     name: Final = "probe"
-    scope: Final = Scope.TARGET
 
     def __init__(
         self,

@@ -13,7 +13,7 @@ from typing import Final
 
 from exporter.base.model import ProcessSample
 from exporter.config import Target
-from exporter.sources import Scope, TargetSeen
+from exporter.sources import TargetSeen
 from exporter.sources.process.downloads import DownloadWatch
 from exporter.sources.process.finding import make_finder
 from exporter.sources.process.procfs import ProcessError, Reading
@@ -49,7 +49,6 @@ class ProcessSource:
     """
 
     name: Final = "process"
-    scope: Final = Scope.TARGET
 
     def __init__(
         self,
