@@ -502,3 +502,25 @@ def test_check_config_says_which_docker_socket_and_warns_when_none_is_there(tmp_
         ok = check_config(cfg)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.strip() == f"{cfg}: OK (0 targets, containers on {path})"
+
+
+@pytest.mark.parametrize("command", ["run", "check-config"])
+def test_a_name_template_with_a_format_spec_is_refused_by_run_as_by_check_config(tmp_path, command):
+    """Before: ``{pod:>30000000}`` passed check-config, then ``run`` grew to 3.9 GB."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[exporter]\nstate_directory = "{tmp_path / "state"}"\n'
+        '[discovery.kubernetes]\nnode_name = "n1"\nname_template = "{namespace}/{pod:>30000000}"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter", command, "--config.file", str(cfg)]
+        + ["--web.listen-address", "127.0.0.1:0"] * (command == "run"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"{cfg}: discovery.kubernetes.name_template: "
+        "placeholder {pod} takes no format spec or conversion"
+    ]

@@ -548,7 +548,7 @@ def test_the_charts_copy_of_the_rules_is_current(tmp_path):
         (("--set", "port=70000"), "port: Must be less than or equal to 65535"),
         (
             ("--set", "hostPaths.cgroup=sys/fs/cgroup"),
-            "hostPaths.cgroup: Does not match pattern '^/'",
+            "hostPaths.cgroup: Does not match pattern '^/[^\\x00-\\x1f\\x7f#]*$'",
         ),
         (
             ("--set", "webConfig.tls=yes"),
@@ -683,3 +683,35 @@ def test_notes_probe_the_engine_as_the_readme_does(helm_render):
     assert (
         probes["readinessProbe"]["httpGet"]["path"] == readme["readinessProbe"]["httpGet"]["path"]
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("runtimeClassName=nvidia\nhostIPC: true", "runtimeClassName: Does not match pattern"),
+        ("hostPaths.state=/var/lib/ile #", "hostPaths.state: Does not match pattern"),
+        ("hostPaths.log=relative/log", "hostPaths.log: Does not match pattern"),
+        ("webConfig.existingSecret=a b", "webConfig.existingSecret: Does not match pattern"),
+    ],
+    ids=["newline", "comment", "relative", "space"],
+)
+def test_values_that_would_rewrite_the_pod_spec_are_refused(helm_render, value, message):
+    """Before: a runtimeClassName with a newline rendered ``hostIPC: true`` into the pod."""
+    result = helm(helm_render, "--set-string", value)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_every_string_value_is_quoted_so_yaml_reads_it_back_unchanged(helm_render):
+    """``null`` and ``a: b`` are values the schema allows that bare YAML would misread."""
+    docs = render(
+        helm_render,
+        "--set-string",
+        "runtimeClassName=null",
+        "--set-string",
+        "hostPaths.state=/var/lib/ile: state",
+    )
+    pod = pod_spec(docs)
+    assert pod["runtimeClassName"] == "null"
+    state = next(v for v in pod["volumes"] if v["name"] == "state")
+    assert state["hostPath"]["path"] == "/var/lib/ile: state"
+    assert 'state_directory = "/var/lib/ile: state"' in config_text(docs)

@@ -131,6 +131,11 @@ class PodSelection(enum.StrEnum):
 
 #: Placeholders of ``[discovery.kubernetes] name_template``.
 NAME_PLACEHOLDERS: Final = ("namespace", "pod", "container")
+#: What a pod's name template must hold: pod names repeat across namespaces.
+UNIQUE_NAME_PLACEHOLDERS: Final = ("namespace", "pod")
+#: Discovered targets kept at most: a GPU node runs a few engines; thousands of pods would
+#: cost seconds a scrape and the chart's memory limit (``max_targets`` changes it).
+DEFAULT_MAX_TARGETS: Final = 64
 #: Placeholders of ``[discovery.docker] name_template``.
 DOCKER_NAME_PLACEHOLDERS: Final = ("container", "service", "project")
 #: The Docker Engine's socket; Podman's (``/run/podman/podman.sock``) speaks the same API.
@@ -151,6 +156,7 @@ class KubernetesDiscovery:
     select: PodSelection = PodSelection.ANNOTATED
     grace_seconds: float = 300.0
     probe_timeout_seconds: float = 0.8
+    max_targets: int = DEFAULT_MAX_TARGETS
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +170,7 @@ class DockerDiscovery:
     name_template: str = "{container}"
     grace_seconds: float = 300.0
     probe_timeout_seconds: float = 0.8
+    max_targets: int = DEFAULT_MAX_TARGETS
 
 
 #: ``gpu_health_metrics`` values. "problems" keeps a healthy host within the series budget

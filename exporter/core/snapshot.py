@@ -99,6 +99,8 @@ class Snapshot:
     host: HostReadings = field(default_factory=HostReadings)
     sources: tuple[SourceStatus, ...] = ()
     source_errors: tuple[tuple[str, int], ...] = ()
+    #: Per discovery client, targets it found but left out (over its cap, a name taken).
+    discovery_dropped: tuple[tuple[str, int], ...] = ()
     tick_duration_seconds: float = 0.0
     tick_overruns: int = 0
     version: str = ""

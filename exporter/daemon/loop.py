@@ -255,6 +255,7 @@ class Daemon:
             source_errors=tuple(sorted(self._errors.items())),
             tick_duration_seconds=took,
             tick_overruns=self._overruns.total,
+            discovery_dropped=self._targets.dropped(),
             version=__version__,
             all_gpu_health=self.settings.gpu_health_metrics == "all",
         )

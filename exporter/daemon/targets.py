@@ -138,6 +138,10 @@ class TargetSet:
             found.append(SourceStatus(kind, health.up, 0.0, health.error))
         return found
 
+    def dropped(self) -> tuple[tuple[str, int], ...]:
+        """Per discovery, the targets it found but left out (over its cap, a name taken)."""
+        return tuple((kind, d.health().dropped) for kind, d in self._discoveries.items())
+
     def close(self) -> None:
         """Stop every discovery client."""
         for discovery in self._discoveries.values():

@@ -104,6 +104,7 @@ class ContainerWatcher(ListWatcher[int]):
             read_seconds=read_seconds,
             backoff=backoff,
             backoff_cap=backoff_cap,
+            max_targets=settings.max_targets,
         )
         self._settings = settings
         self._events_seconds = events_seconds
@@ -219,4 +220,4 @@ class ContainerWatcher(ListWatcher[int]):
             for c in self._containers.values()
             if (t := target_from_container(c, self._settings)) is not None
         ]
-        self._targets = tuple(sorted(found, key=lambda t: t.target.name))
+        self._targets = self._bounded(found)

@@ -235,6 +235,7 @@ class PodWatcher(ListWatcher[str]):
             read_seconds=read_seconds,
             backoff=backoff,
             backoff_cap=backoff_cap,
+            max_targets=settings.max_targets,
         )
         self._settings, self._credentials = settings, credentials
         self._watch_seconds = watch_seconds
@@ -304,7 +305,7 @@ class PodWatcher(ListWatcher[str]):
     def _publish(self) -> None:
         """Recompute the targets (under the lock, after each change)."""
         found = [t for pod in self._pods.values() for t in targets_from_pod(pod, self._settings)]
-        self._targets = tuple(sorted(found, key=lambda t: t.target.name))
+        self._targets = self._bounded(found)
 
     def _request(self, params: Mapping[str, str], deadline: float) -> Generator[bytes, None, None]:
         """The body of ``GET /api/v1/pods`` on our node, in chunks, within ``deadline``."""

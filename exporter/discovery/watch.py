@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Generator, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar, Final, Generic, Protocol, TypeVar
 
 import httpx
@@ -130,6 +130,8 @@ class DiscoveryHealth:
     up: bool
     error: str | None
     synced: bool
+    #: Targets found beyond ``max_targets`` or under a name taken already, left out.
+    dropped: int = 0
 
 
 class HealthTracker:
@@ -238,8 +240,10 @@ class ListWatcher(Generic[Cursor]):
         read_seconds: float,
         backoff: float,
         backoff_cap: float,
+        max_targets: int,
     ) -> None:
         self._read_seconds = read_seconds
+        self._max_targets, self._dropped = max_targets, 0
         self._backoff, self._backoff_cap = backoff, backoff_cap
         #: Replaced whole, never changed in place: the daemon reads it from another thread.
         self._targets: tuple[DiscoveredTarget, ...] = ()
@@ -269,8 +273,29 @@ class ListWatcher(Generic[Cursor]):
         return self._targets  # one reference read
 
     def health(self) -> DiscoveryHealth:
-        """Whether the last request succeeded, and why not."""
-        return self._tracker.health
+        """Whether the last request succeeded, and why not; how many targets were left out."""
+        return replace(self._tracker.health, dropped=self._dropped)
+
+    def _bounded(self, found: list[DiscoveredTarget]) -> tuple[DiscoveredTarget, ...]:
+        """The found targets by name, one per name, at most ``max_targets``.
+
+        A second target under a name (a template that does not tell them apart) and those
+        past the cap are left out, counted in ``health().dropped``; logged when that begins.
+        """
+        named: dict[str, DiscoveredTarget] = {}
+        for t in sorted(found, key=lambda t: t.target.name):
+            named.setdefault(t.target.name, t)
+        kept = tuple(named.values())[: self._max_targets]
+        dropped = len(found) - len(kept)
+        if dropped and not self._dropped:
+            log.warning(
+                "%s discovery left targets out dropped=%d max_targets=%d",
+                self.kind,
+                dropped,
+                self._max_targets,
+            )
+        self._dropped = dropped
+        return kept
 
     def _list(self) -> Cursor:
         raise NotImplementedError

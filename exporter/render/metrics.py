@@ -147,6 +147,15 @@ def exporter_families(snap: Snapshot) -> Iterator[Metric]:
     )
     overruns.add_metric([], float(snap.tick_overruns))
     yield overruns
+    if snap.discovery_dropped:  # no family on a host without discovery
+        yield _per_source(
+            GaugeMetricFamily(
+                "inference_exporter_discovery_dropped_targets",
+                "Targets discovery found but left out: past max_targets, or a name taken twice.",
+                labels=["source"],
+            ),
+            snap.discovery_dropped,
+        )
     up = GaugeMetricFamily(
         "inference_exporter_source_up",
         "1 if the source could observe in the last tick, 0 if it failed; left out while the "
@@ -176,14 +185,23 @@ def exporter_families(snap: Snapshot) -> Iterator[Metric]:
     yield up
     yield absent
     yield took
-    errors = CounterMetricFamily(
-        "inference_exporter_source_errors",
-        "Failed source calls since the exporter started.",
-        labels=["source"],
+    yield _per_source(
+        CounterMetricFamily(
+            "inference_exporter_source_errors",
+            "Failed source calls since the exporter started.",
+            labels=["source"],
+        ),
+        snap.source_errors,
     )
-    for source, count in snap.source_errors:
-        errors.add_metric([source], float(count))
-    yield errors
+
+
+def _per_source(
+    family: GaugeMetricFamily | CounterMetricFamily, counts: tuple[tuple[str, int], ...]
+) -> GaugeMetricFamily | CounterMetricFamily:
+    """``family`` with one sample per ``(source, count)``."""
+    for source, count in counts:
+        family.add_metric([source], float(count))
+    return family
 
 
 def _gauge(name: str, doc: str, labels: Iterable[str] = ("target",)) -> GaugeMetricFamily:

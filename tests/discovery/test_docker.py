@@ -198,3 +198,31 @@ def test_an_event_line_past_the_line_cap_is_given_up_and_listed_again(docker):
         assert names(watcher) == ["serving-llm-1"]
     finally:
         watcher.close()
+
+
+def test_two_replicas_a_template_names_alike_are_one_target_and_one_dropped(docker):
+    """``{project}/{service}`` of ``compose up --scale llm=2``: before, they collapsed silently."""
+    docker.run(compose_vllm(), announce=False)
+    docker.run(compose_vllm(Id="7" * 64, Name="/serving-llm-2"), announce=False)
+    settings = DockerDiscovery(socket=docker.socket, name_template="{project}/{service}")
+    watcher = ContainerWatcher(settings, events_seconds=30, read_seconds=2.0, backoff=0.05)
+    watcher.start()
+    try:
+        wait_for(lambda: watcher.health().dropped == 1)
+        assert names(watcher) == ["serving/llm"]
+    finally:
+        watcher.close()
+
+
+def test_containers_past_max_targets_are_left_out_and_counted(docker):
+    docker.run(compose_vllm(), announce=False)
+    docker.run(docker_run_sglang(), announce=False)
+    docker.run(podman_vllm(), announce=False)
+    settings = DockerDiscovery(socket=docker.socket, max_targets=2)
+    watcher = ContainerWatcher(settings, events_seconds=30, read_seconds=2.0, backoff=0.05)
+    watcher.start()
+    try:
+        wait_for(lambda: watcher.health().dropped == 1)
+        assert len(watcher.snapshot()) == 2
+    finally:
+        watcher.close()

@@ -11,9 +11,11 @@ import time
 
 import pytest
 
-from tests.discovery.fakeapi import FakeApiServer, http_status
+from exporter.config.schema import DEFAULT_MAX_TARGETS
+from tests.discovery.fakeapi import FakeApiServer, follow, http_status
 from tests.discovery.pods import NODE, vllm_deployment_pod
 from tests.discovery.test_kubernetes import endless_line, kubeconfig
+from tests.httpservers import closed_port
 from tests.integration.harness import exporter
 
 pytestmark = pytest.mark.integration
@@ -66,5 +68,42 @@ def test_a_watch_event_that_never_ends_is_cut_at_the_line_cap(tmp_path):
                 assert time.monotonic() < deadline, exp.log_text()
                 time.sleep(0.1)
             assert POD in {t["target"] for t in exp.status()["targets"]}
+    finally:
+        api.close()
+
+
+def test_more_pods_than_max_targets_are_capped_counted_and_logged_once(tmp_path):
+    """Before: every pod became a target (5,000: a 7.5 s scrape, 253 MiB, 41k log lines)."""
+    api = FakeApiServer()
+    for i in range(DEFAULT_MAX_TARGETS + 36):
+        api.add(
+            vllm_deployment_pod(
+                metadata__name=f"llm-{i:03d}",
+                metadata__uid=f"uid-{i:03d}",
+                metadata__annotations={
+                    "inference-lifecycle.io/engine": "vllm",
+                    "inference-lifecycle.io/port": str(closed_port()),
+                },
+                status__podIP="127.0.0.1",
+            )
+        )
+    api.watches = [follow(api)]
+    try:
+        with exporter(tmp_path, kubernetes_toml(tmp_path, api)) as exp:
+            dropped = 'inference_exporter_discovery_dropped_targets{source="kubernetes"} 36.0'
+            deadline = time.monotonic() + 30
+            while dropped not in exp.metrics():
+                assert time.monotonic() < deadline, exp.metrics()[-3000:]
+                time.sleep(0.2)
+            wanted = {f"inference/llm-{i:03d}" for i in range(DEFAULT_MAX_TARGETS)}
+            while {t["target"] for t in exp.status()["targets"]} != wanted:
+                assert time.monotonic() < deadline, exp.log_text()[-3000:]
+                time.sleep(0.2)
+            api.delete("uid-000")  # one less found: still over the cap, no new line
+            deadline = time.monotonic() + 30
+            while dropped.replace("36.0", "35.0") not in exp.metrics():
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert exp.log_text().count("left targets out") == 1
     finally:
         api.close()
