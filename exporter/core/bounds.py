@@ -210,6 +210,8 @@ def track(
         th: the thresholds, for the best-rate floor.
     """
     p = obs.process
+    if p is None and obs.process_error is not None:
+        return bounds  # the process source failed this tick: the tree is unseen, not gone
     if p is None or state.create_time is None:
         return _finished(bounds) if bounds.last is not None else bounds
     current = bounds.current

@@ -20,15 +20,12 @@ from pathlib import Path
 from typing import Final, TextIO
 
 from exporter_tooling.simulate.gpustate import (
-    CUDA_GRAPH_BYTES,
     GIB,
-    GPU_TOTAL_BYTES,
-    KV_CACHE_BYTES,
     GpuLoad,
     GpuStatePublisher,
     used_bytes,
-    weights_on_gpu,
 )
+from exporter_tooling.simulate.numbers import log_numbers
 from exporter_tooling.simulate.plan import MIB, Segment, SimConfig, WorkerPlan, weight_layout
 from exporter_tooling.simulate.script import (
     BARRIER,
@@ -36,7 +33,6 @@ from exporter_tooling.simulate.script import (
     Effect,
     Say,
     Step,
-    mmss,
     render,
     shard_bar,
 )
@@ -49,8 +45,6 @@ TICK: Final = 0.1
 #: During initializing the CPU is busy in bursts (compiling), BURST of every PERIOD seconds.
 BURST_PERIOD: Final = 1.0
 BURST: Final = 0.2
-#: 80 layers x 8 KV heads x 128 dims x K and V x 2 bytes: a 70B-class model with GQA.
-KV_BYTES_PER_TOKEN: Final = 327_680
 MODEL_NAME: Final = "simulated-model"
 _DOTS_PER_SHARD: Final = 10
 #: A wake brings the weights back in this many steps of this long (GPU memory climbing).
@@ -171,7 +165,7 @@ class ColdStart:
         _check_port(cfg.host, cfg.port)
         self._dir = self._make_dir()
         self._segments = weight_layout(cfg.engine, self._dir, cfg.weights_bytes)
-        self._ctx = self._context()
+        self._ctx = log_numbers(cfg, self._dir, self._segments[0].path, os.getpid())
         if cfg.gpu_state_file is not None:
             self._publisher = GpuStatePublisher(
                 cfg.gpu_state_file, cfg.gpus, cfg.weights_bytes, self._gpu_now, cfg.gpu_name
@@ -562,47 +556,6 @@ class ColdStart:
             "reason": HTTPStatus(status).phrase,
         }
         self._log.lines(render(self.cfg.engine, access, ctx, time.time(), 1))
-
-    def _context(self) -> dict[str, object]:
-        """Numbers the log lines quote, derived from the flags so every run says the same."""
-        cfg = self.cfg
-        weights = weights_on_gpu(cfg.weights_bytes) / GIB
-        kv = KV_CACHE_BYTES / GIB
-        graphs = CUDA_GRAPH_BYTES / GIB
-        avail = GPU_TOTAL_BYTES / GIB - 0.55  # what is left after the CUDA context
-        tokens = KV_CACHE_BYTES // KV_BYTES_PER_TOKEN
-        graph_s = 0.45 * cfg.init_duration
-        first = self._segments[0].path
-        return {
-            "model_path": str(self._dir),
-            "model_file": str(first),
-            "host": cfg.host,
-            "port": cfg.port,
-            "tp": cfg.gpus,
-            "pid": os.getpid(),
-            "warm_port": 40000 + os.getpid() % 20000,
-            "free_mib": GPU_TOTAL_BYTES // MIB - 551,
-            "avail_gb": avail,
-            "weights_gib": weights,
-            "weights_mib": weights * 1024,
-            "avail_after_gb": avail - weights,
-            "kv_gib": kv,
-            "k_gib": kv / 2,
-            "kv_mib": kv * 1024,
-            "k_mib": kv * 512,
-            "kv_tokens": tokens,
-            "concurrency": tokens / 32768,
-            "avail_kv_gb": avail - weights - kv,
-            "graphs_gib": graphs,
-            "avail_graph_gb": avail - weights - kv - graphs,
-            "dynamo_s": 0.2 * cfg.init_duration,
-            "compile_s": 0.05 * cfg.init_duration,
-            "compile_total_s": 0.25 * cfg.init_duration,
-            "graph_s": graph_s,
-            "graph_mmss": mmss(graph_s),
-            "graph_rate": 67 / max(graph_s, 0.01),
-            "init_s": cfg.init_duration,
-        }
 
 
 def _write_weights(

@@ -184,3 +184,11 @@ def test_gpu_memory_grown_by_a_cold_load_is_no_sign_of_the_page_cache():
     e = Engine()
     b = e.run(Phase.LOADING, start(e), 10, read=20 * MIB, rss=20 * MIB, gpu_mem=2 * GIB)
     assert phases(verdicts(finish(e, b), THRESHOLDS))["loading"] == "disk"
+
+
+def test_a_tick_whose_process_source_failed_neither_ends_the_start_nor_counts():
+    e = Engine()
+    b = e.run(Phase.LOADING, start(e), 5, read=100 * MIB)
+    unseen = Observation("t", e.at + 1, process_error="permission_denied")
+    state = TargetState("t", phase=Phase.LOADING, create_time=990.0)
+    assert track(b, unseen, state, None, THRESHOLDS) is b

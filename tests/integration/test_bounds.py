@@ -32,7 +32,7 @@ def _judged(t, phase):
 # scenario, simulator knobs, the phase, its bound, words of its advice
 FINISHED = [
     ("healthy", {"weights_mb": 48, "read_mbps": 24.0}, "loading", "disk", "disk-bound"),
-    ("throttled-disk", {"weights_mb": 32, "read_mbps": 32.0}, "loading", "disk", "read 32.0 MiB"),
+    ("throttled-disk", {"weights_mb": 32, "read_mbps": 32.0}, "loading", "disk", "disk-bound"),
     ("warm-cache", {"weights_mb": 48, "read_mbps": 24.0}, "loading", "page_cache", "warm start"),
     ("compile", {}, "initializing", "cpu", "cores busy, no reads"),
     ("gpu-warmup", {}, "initializing", "gpu", "gpu-bound (graph capture, warm-up)"),
@@ -62,6 +62,8 @@ def test_each_scenario_finishes_with_its_bound_in_status_and_metrics(
         assert judged["bound"] == bound, judged
         assert words in judged["advice"], judged["advice"]
         assert judged["advice"].startswith(phase + " ")
+        if scenario == "throttled-disk":  # a quarter of --read-mbps, not the healthy rate
+            assert judged["read_bytes_per_second"] < 16 * 2**20, judged["advice"]
         assert ready["bounds"] == []  # no start is running any more
         found = re.search(
             rf'inference_server_cold_start_phase_seconds\{{bound="(\w+)",phase="{phase}",'
