@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -59,30 +61,45 @@ def test_a_malformed_trace_line_is_named():
         list(read_trace(['{"kind":"header"}', "{oops"], "trace.jsonl"))
 
 
+def _completion_answered(tick: dict) -> bool:
+    completion = tick["observation"].get("completion")
+    return bool(completion) and completion.get("outcome") == "ok"
+
+
+def ticks(trace) -> list[dict]:
+    """The tick records written so far (a line being written is left for the next read)."""
+    lines = trace.read_text().splitlines() if trace.exists() else []
+    return [d for line in lines if line.endswith("}") and (d := json.loads(line))["kind"] == "tick"]
+
+
+def wait_for_tick(trace, proc, predicate, timeout=60.0) -> None:
+    """Until a recorded tick satisfies ``predicate``, however slow the machine is."""
+    deadline = time.monotonic() + timeout
+    while not any(predicate(t) for t in ticks(trace)):
+        assert proc.poll() is None and time.monotonic() < deadline, "no such tick recorded"
+        time.sleep(0.05)
+
+
 @pytest.mark.integration
 def test_recorded_cold_start_replays_to_the_live_timeline_exactly(tmp_path):
-    with simulator(tmp_path, init_seconds=1.0) as sim:
+    # The engine starts after the recorder's first tick, so the whole start is in the trace
+    # even when the machine is busy (the first tick used to come after "starting" was over),
+    # and the recorder stops once it has seen the engine ready, not after a fixed time.
+    with simulator(tmp_path, init_seconds=1.0, launch=False) as sim:
         config = tmp_path / "c.toml"
         config.write_text('[exporter]\ninterval = "0.25s"\n' + target_toml("r", sim))
         trace = tmp_path / "trace.jsonl"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                "record",
-                "--config.file",
-                str(config),
-                "--out",
-                str(trace),
-                "--duration",
-                "8",
-            ],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        argv = [sys.executable, "-m", "exporter", "record", "--config.file", str(config)]
+        with subprocess.Popen([*argv, "--out", str(trace)], cwd=ROOT) as record:
+            try:
+                wait_for_tick(trace, record, lambda t: True)
+                sim.launch()
+                sim.ready_at()
+                wait_for_tick(trace, record, _completion_answered)
+                record.send_signal(signal.SIGTERM)
+                assert record.wait(timeout=60) == 0
+            finally:
+                record.kill()
     with trace.open() as f:
         result = replay(read_trace(f, str(trace)))
     assert result.recorded["r"], "the live timeline is in the trace"

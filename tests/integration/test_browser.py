@@ -60,6 +60,7 @@ return Array.from(document.querySelectorAll("section.target")).map((c) => {
     gpus: Array.from(c.querySelectorAll(".gpu")).map((g) =>
       Array.from(g.children).map((x) => x.textContent).filter(Boolean)),
     lines: Array.from(c.querySelectorAll(".lines .text")).map((e) => e.textContent),
+    earlier: Array.from(c.querySelectorAll(".lines li.earlier")).map((e) => e.textContent),
     images: c.querySelectorAll("img").length,
     strips: Array.from(c.querySelectorAll(".strip")).map((s) => ({
       title: s.querySelector(".strip-title").textContent,
@@ -282,6 +283,13 @@ def history_snapshot() -> Snapshot:
         eta_seconds=260.0,
         reason="shard progress in logs",
         last_cold_start=prev,
+        # The previous start's fatal line is still among the notable lines of this one.
+        notable_lines=(
+            LogEvent(
+                LogClass.FATAL, "CUDA out of memory", T0 - 2990, fatal_reason=FailureReason.OOM
+            ),
+            LogEvent(LogClass.ERROR, "retrying shard 3", T0 + 100),
+        ),
     )
     fatal = LogEvent(LogClass.FATAL, f"NCCL error {XSS}", T0 + 50, fatal_reason=FailureReason.NCCL)
     failed = replace(
@@ -348,6 +356,10 @@ def test_page_shows_history_gpus_and_failures_from_a_snapshot(page):
     assert kimi["rows"][0]["segments"] == ["starting 40s", "loading 7m00s", "initializing 3m00s"]
     assert kimi["rows"][1]["segments"] == ["starting 30s", "loading 3m20s"]
     assert kimi["gpus"] == [[f"GPU {i}", "38.0 GiB / 141.0 GiB"] for i in range(4)]
+    # Issue 30 #18: an earlier start's lines are set apart from this start's.
+    assert kimi["lines"] == ["CUDA out of memory", "retrying shard 3"]
+    assert len(kimi["earlier"]) == 1 and "(earlier start)" in kimi["earlier"][0]
+    assert "CUDA out of memory" in kimi["earlier"][0]
     assert llama["phase"] == "failed" and llama["reason"] == "fatal log line: nccl"
     assert llama["progress"] is None  # no bar for a start that never showed progress
     assert llama["lines"] == [f"NCCL error {XSS}"] and llama["images"] == 0
