@@ -208,6 +208,9 @@ def test_a_death_while_serving_is_counted_and_clears_what_the_process_made_true(
     assert down.counters.start_failures == ()
     assert down.progress_ratio is None and down.eta_seconds is None
     assert down.last_completion is None
+    # a completion in flight at the kill, answered in the tick the process is gone
+    raced = run_trace([(20, dict(health=REFUSED, completion=completion()))], state=serving)[-1]
+    assert raced.phase is Phase.DOWN and raced.last_completion is None
 
 
 def test_an_oom_line_before_the_death_is_its_cause():
@@ -226,6 +229,8 @@ def test_an_oom_line_before_the_death_is_its_cause():
     assert down.reason == "process exited after a fatal log line: oom"
     assert down.counters.deaths == ((FailureReason.OOM, 1),)
     assert down.reason_detail is not None and "CUDA out of memory" in down.reason_detail
+    later = run_trace([(20, dict(health=REFUSED))], state=down)[-1]
+    assert later.reason == down.reason, "how it died stands while it stays down"
     restarted = run_trace(healthy_start(), state=replace(down, updated_at=None))[-1]
     again = run_trace([(30, dict(health=REFUSED))], state=restarted)[-1]
     assert dict(again.counters.deaths) == {FailureReason.OOM: 1, FailureReason.EXITED: 1}

@@ -117,6 +117,8 @@ def next_phase(
             return Phase.FAILED, prev.reason, prev.failure_reason
         if was_up:
             return Phase.DOWN, "process exited", None
+        if prev.phase is Phase.DOWN and prev.died_at is not None:
+            return Phase.DOWN, prev.reason, None  # how it died stands while it stays down
         return Phase.DOWN, _down_reason(obs), None
     if was_up:
         if prev.health_failures + 1 >= th.degraded_after:

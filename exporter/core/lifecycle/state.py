@@ -293,6 +293,8 @@ class TargetState:
     engine_report: EngineReport | None = None
     #: The last fatal log line of this instance while it was up: the cause of its death.
     fatal_while_up: LogEvent | None = None
+    #: When this instance died after ready; its reason stands while the target stays down.
+    died_at: float | None = None
 
     @property
     def ready(self) -> bool:

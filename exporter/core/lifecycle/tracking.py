@@ -124,6 +124,7 @@ def begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSta
         download_bytes_per_second=None,
         engine_report=None,
         fatal_while_up=None,
+        died_at=None,
     )
 
 
@@ -151,6 +152,7 @@ def record_death(state: TargetState, now: float, how: str) -> TargetState:
         stalled=False,
         stall_reason=None,
         fatal_while_up=None,
+        died_at=now,
     )
 
 
