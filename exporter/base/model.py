@@ -319,10 +319,13 @@ class GpuReading:
 
 @dataclass(frozen=True, slots=True)
 class RawLogLine:
-    """One engine log line as its source read it: secrets redacted, not yet classified.
+    """One engine log line as its source read it, not yet classified nor redacted.
+
+    The core redacts the few lines it keeps (events), once; a line that matches nothing is
+    only counted. Never shown or logged as it is.
 
     Attributes:
-        text: the line as written (ANSI codes and carriage-return redraws kept), redacted.
+        text: the line as written (ANSI codes and carriage-return redraws kept).
         at: when it was read, or journald's timestamp; Unix epoch seconds.
         line_no: 1-based line number in its file, when known.
     """
@@ -337,7 +340,7 @@ class LogReading:
     """What a log source read in one tick, and how far behind the log it still is.
 
     Attributes:
-        lines: the lines read, redacted, not yet classified.
+        lines: the lines read, not yet classified nor redacted.
         backlog_bytes: bytes written to the log and not read yet (0 when caught up), None
             from a source that cannot tell (journald): the snapshot then shows no backlog.
         behind_since: when the source fell behind (read less than was there), None when
@@ -413,6 +416,20 @@ class LogEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class LogTally:
+    """A tick's log lines that matched no pattern: counted by class, never kept.
+
+    Attributes:
+        counts: lines per class (info, and benign for request access lines).
+        news: one of the info lines differed from the line before it, numbers aside: a sign
+            of life, where a flood of one repeated line is none.
+    """
+
+    counts: tuple[tuple[LogClass, int], ...] = ()
+    news: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class HostReadings:
     """What the host-wide sources (other than NVML) read in one tick.
 
@@ -458,6 +475,8 @@ class Observation:
     disk_read_bytes: int | None = None
     gpu_memory_bytes: int | None = None
     log_events: tuple[LogEvent, ...] = field(default_factory=tuple)
+    #: The tick's lines no pattern matched: counted by class, never made events.
+    log_tally: LogTally = field(default_factory=lambda: LogTally())
     #: Critical GPU events this tick on the GPUs the target uses, for people
     #: (``gpuhealth.gpu_errors``), e.g. "Xid 79 on GPU 0 (GPU has fallen off the bus)".
     gpu_errors: tuple[str, ...] = ()

@@ -7,6 +7,7 @@ and never watches anything live.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections import Counter
@@ -17,8 +18,9 @@ from pathlib import Path
 from typing import Final
 
 from exporter.base.controls import escape_controls
+from exporter.base.localzone import local_zone
 from exporter.base.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
-from exporter.core.classify import LogClassifier, clean
+from exporter.core.classify import LogClassifier, Screen, clean, screen_of
 from exporter.core.lifecycle import Thresholds, initial_state, step
 from exporter.engines import ENGINES
 from exporter.engines.profile import LogProfile
@@ -145,12 +147,14 @@ def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None
     """
     scores: Counter[str] = Counter()
     first: dict[str, int] = {}
+    names, screen = _detect_screen()
     for i, (number, line) in enumerate(lines):
         if i >= DETECT_LINES:
             break
         text = clean(line)
-        for name, engine in ENGINES.items():
-            if any(p.search(text) for p in engine.log.detect):
+        hits = screen.Match(text.encode("utf-8", "surrogatepass")) if screen else range(len(names))
+        for name in dict.fromkeys(names[h] for h in sorted(hits or ())):
+            if any(p.search(text) for p in ENGINES[name].log.detect):
                 scores[name] += 1
                 first.setdefault(name, number)
     if not scores:
@@ -159,6 +163,13 @@ def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None
     host = next((n for n in scores if best in ENGINES[n].embeds), None)
     name = host or best
     return name, first[name]
+
+
+@functools.cache
+def _detect_screen() -> tuple[tuple[str, ...], Screen | None]:
+    """Every engine's tell-tale patterns in one RE2 set, and the engine of each."""
+    pairs = [(n, p.pattern) for n, e in ENGINES.items() for p in e.log.detect]
+    return tuple(n for n, _ in pairs), screen_of(p for _, p in pairs)
 
 
 def _profile(name: str) -> LogProfile:
@@ -181,17 +192,25 @@ def replay(
         found = detect_engine_at(lines)
         engine, source = (found[0], "detected") if found else (FALLBACK, "unknown")
         line_no = found[1] if found else None
-    classified = _classify(lines, _profile(engine), reference or datetime.now().timestamp())
+    classified, plain = _classify_counted(
+        lines, _profile(engine), reference or datetime.now().timestamp()
+    )
     start = next((ln.at for ln in classified if ln.at is not None), 0.0)
     process = ProcessSample(
         pid=1, create_time=start, pids=(1,), rss_bytes=0, cpu_seconds=0.0, read_bytes=None
     )
     state, now = initial_state(_TARGET), start
+    thresholds = Thresholds(tz=local_zone())
     phases: list[PhaseChange] = []
-    for ln in classified:
+    held: list[LogEvent] = []
+    for i, ln in enumerate(classified):
         now = max(now, ln.at or now)
-        obs = Observation(target=_TARGET, at=now, process=process, log_events=ln.events)
-        before, state = state.phase, step(state, obs, now, Thresholds())
+        if i and i < len(classified) - 1 and not any(map(_decisive, ln.events)):
+            held += ln.events  # it moves no phase: it goes with the next step, as in a tick
+            continue
+        events, held = (*held, *ln.events), []
+        obs = Observation(target=_TARGET, at=now, process=process, log_events=events)
+        before, state = state.phase, step(state, obs, now, thresholds)
         if state.phase is not before:
             phases.append(PhaseChange(state.phase, ln.number, ln.at))
     outcome = _outcome(phases)
@@ -205,18 +224,34 @@ def replay(
         reason_detail=state.reason_detail if failed else None,
         phases=tuple(phases),
         progress=_weights_progress(e for ln in classified for e in ln.events),
-        classes=_count_classes(e for ln in classified for e in ln.events),
+        classes=_count_classes((e for ln in classified for e in ln.events), plain),
     )
 
 
 def _classify(
     lines: Sequence[tuple[int, str]], profile: LogProfile, reference: float
 ) -> list[_Line]:
-    """Classify every line; a line without a timestamp takes the previous line's."""
-    classifier = LogClassifier(profile)
+    """The lines that are events (``_classify_counted``)."""
+    return _classify_counted(lines, profile, reference)[0]
+
+
+def _classify_counted(
+    lines: Sequence[tuple[int, str]], profile: LogProfile, reference: float
+) -> tuple[list[_Line], Counter[LogClass]]:
+    """Classify every line; a line without a timestamp takes the previous line's.
+
+    A line no pattern can match (``LogClassifier.plain``) is only counted: it moves no
+    phase, and its timestamp is not read.
+    """
+    classifier = LogClassifier(profile, tz=local_zone())
     out: list[_Line] = []
+    plain: Counter[LogClass] = Counter()
     last: float | None = None
     for number, text in lines:
+        # The first line is the first step (the start begins there), whatever it says.
+        if out and (cls := classifier.plain(text)) is not None:
+            plain[cls] += 1
+            continue
         # Before the first timestamp, ``reference`` only anchors yearless stamps (vLLM).
         events = classifier.classify(text, at=reference if last is None else last, line_no=number)
         last = classifier.last_timestamp or last
@@ -228,10 +263,16 @@ def _classify(
     head = next((i for i, ln in enumerate(out) if ln.at is not None), len(out))
     for i in range(head):  # lines before the first timestamp happened at (or before) it
         out[i] = replace(out[i], events=tuple(replace(e, at=first) for e in out[i].events))
-    return out
+    return out, plain
+
+
+def _decisive(event: LogEvent) -> bool:
+    """An event that can move the phase: a marker's phase, a progress bar, a fatal line."""
+    return event.phase is not None or event.progress is not None or event.cls is LogClass.FATAL
 
 
 def _outcome(phases: Sequence[PhaseChange]) -> str:
+
     seen = {p.phase for p in phases}
     if seen & {Phase.READY, Phase.SERVING}:
         return "ready"
@@ -251,8 +292,8 @@ def _weights_progress(events: Iterable[LogEvent]) -> tuple[str, int, int] | None
     return (key, *best[key]) if key else None
 
 
-def _count_classes(events: Iterable[LogEvent]) -> dict[LogClass, int]:
-    counts = Counter(e.cls for e in events)
+def _count_classes(events: Iterable[LogEvent], plain: Counter[LogClass]) -> dict[LogClass, int]:
+    counts = Counter(e.cls for e in events) + plain
     return {cls: counts.get(cls, 0) for cls in LogClass}
 
 

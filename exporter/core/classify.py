@@ -8,15 +8,18 @@ patterns, then the engine's profile, then the shared vocabulary.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta, timezone
-from typing import Final
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from typing import Final, Protocol
+
+import re2
 
 from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.base.redact import redact
-from exporter.engines import vocabulary
+from exporter.engines import access, vocabulary
 from exporter.engines.profile import LogPattern, LogPatterns, LogProfile, Matcher
 
 __all__ = ["LogClassifier", "clean", "line_level", "parse_timestamp", "reason_detail", "redact"]
@@ -94,11 +97,13 @@ def _tzinfo(tz: str | None) -> timezone | None:
     return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
 
 
-def parse_timestamp(text: str, *, default_year: int) -> tuple[float, int | None] | None:
+def parse_timestamp(
+    text: str, *, default_year: int, tz: tzinfo = UTC
+) -> tuple[float, int | None] | None:
     """The earliest timestamp near the start of a cleaned line, as Unix seconds.
 
-    Timestamps without a zone are local time, as engines print them. Formats without a year
-    (vLLM, glog) take ``default_year``.
+    Timestamps without a zone are in ``tz``, the zone engines print them in (the host's, as
+    the shell passes it in). Formats without a year (vLLM, glog) take ``default_year``.
 
     Returns:
         (seconds, year printed in the line or None), or None when the line has no timestamp.
@@ -117,7 +122,7 @@ def parse_timestamp(text: str, *, default_year: int) -> tuple[float, int | None]
                 int(g["mi"]),
                 int(g["s"]),
                 int((g.get("f") or "0").ljust(6, "0")),
-                tzinfo=_tzinfo(g.get("tz")),
+                tzinfo=_tzinfo(g.get("tz")) or tz,
             )
         except ValueError:  # glog's "E0000 00:00:..." carries no date at all
             continue
@@ -203,17 +208,18 @@ def stronger(a: FailureReason, b: FailureReason | None) -> FailureReason:
     return a
 
 
-def reason_detail(event: LogEvent) -> str:
-    """The decisive line of a failure, redacted and cut, with its line number or timestamp.
+def reason_detail(event: LogEvent, tz: tzinfo = UTC) -> str:
+    """The decisive line of a failure, cut, with its line number or its time in ``tz``.
 
-    Meant for people (``/status``, the page, ``wait``), never for a metric label.
+    Meant for people (``/status``, the page, ``wait``), never for a metric label. The event's
+    text was redacted when it was classified.
     """
     where = (
         f"line {event.line_no}"
         if event.line_no is not None
-        else datetime.fromtimestamp(event.at).isoformat(sep=" ", timespec="seconds")
+        else datetime.fromtimestamp(event.at, tz).isoformat(sep=" ", timespec="seconds")
     )
-    text = " ".join(redact(event.text).split())
+    text = " ".join(event.text.split())
     if len(text) > DETAIL_CHARS:
         text = text[: DETAIL_CHARS - 1] + "\u2026"
     return f"{where}: {text}"
@@ -227,8 +233,8 @@ def _is_redraw(text: str) -> bool:
     return m is not None and m.end() == len(text)
 
 
-def _one_year_earlier(when: float) -> float:
-    stamp = datetime.fromtimestamp(when)
+def _one_year_earlier(when: float, tz: tzinfo) -> float:
+    stamp = datetime.fromtimestamp(when, tz)
     try:
         return stamp.replace(year=stamp.year - 1).timestamp()
     except ValueError:  # 29 February
@@ -264,8 +270,6 @@ def _count(value: str) -> int:
     number = value[:-1] if scale != 1.0 else value
     return int(float(number) * scale)
 
-
-_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 
 _LOADER_SCREEN: Final = re.compile(
     "|".join(f"(?:{regex.pattern})" for regex, _ in vocabulary.LOADERS), re.IGNORECASE
@@ -303,28 +307,65 @@ def _size_bytes(size: str) -> float:
     return float(m.group(1)) * base**power
 
 
-class _PatternSet:
-    """Patterns checked in order, behind one combined regex that rules most lines out at once.
+class Screen(Protocol):
+    """What this module uses of an ``re2.Set`` (the package ships no types)."""
 
-    Without the screen a line costs one search per pattern (about 40 per engine).
+    def Match(self, text: bytes) -> list[int] | None:
+        """The indices of the patterns that occur in text, or None."""
+        ...
+
+
+def screen_of(regexes: Iterable[str]) -> Screen | None:
+    """``_compiled_screen`` of the regexes: one set per distinct list, shared."""
+    return _compiled_screen(tuple(regexes))
+
+
+@functools.cache
+def _compiled_screen(regexes: tuple[str, ...]) -> Screen | None:
+    r"""One RE2 set of the regexes, case-insensitive, searched in time linear in the line.
+
+    A screen: ``re`` still decides each hit, so a pattern RE2 reads a little more widely
+    costs a check, never a verdict. RE2's ``\w``, ``\d`` and ``\b`` are ASCII: the profiles'
+    patterns name ASCII words, which both engines read alike. None when a regex is not
+    RE2's (the engine profiles' are all checked to be, by a test).
+
+    """
+    options = re2.Options()
+    options.case_sensitive = False
+    options.max_mem = 64 << 20  # the profiles' sets take a few MiB; the default 8 MiB is tight
+    screen = re2.Set.SearchSet(options)
+    try:
+        for regex in regexes:
+            screen.Add(regex)
+        screen.Compile()
+    except re2.error:
+        return None
+    return screen  # type: ignore[no-any-return]
+
+
+class _PatternSet:
+    """Patterns checked in order, behind one RE2 set that rules most lines out at once.
+
+    Only the patterns the set says occur in a line are searched with ``re``, in order.
     """
 
     def __init__(self, patterns: Iterable[LogPattern]) -> None:
         self.patterns = tuple(patterns)
-        self._screen: re.Pattern[str] | None = None
-        alternatives = "|".join(
-            f"(?:{_NAMED_GROUP.sub('(?:', p.regex.pattern)})" for p in self.patterns
-        )
-        try:
-            self._screen = re.compile(alternatives, re.IGNORECASE) if self.patterns else None
-        except re.error:  # e.g. a pattern with inline global flags: check one by one
-            self._screen = None
+        self._screen = screen_of(p.regex.pattern for p in self.patterns)
 
     def first(self, text: str) -> tuple[LogPattern, re.Match[str]] | None:
         """The first pattern (in order) that matches, with its match."""
-        if not self.patterns or (self._screen and not self._screen.search(text)):
+        if not self.patterns:
             return None
-        for p in self.patterns:
+        if self._screen is None:
+            candidates: Iterable[int] = range(len(self.patterns))
+        else:
+            hits = self._screen.Match(text.encode("utf-8", "surrogatepass"))
+            if not hits:
+                return None
+            candidates = sorted(hits)
+        for i in candidates:
+            p = self.patterns[i]
             if m := p.regex.search(text):
                 return p, m
         return None
@@ -355,6 +396,20 @@ def _sorted_fatal(patterns: Iterable[LogPattern]) -> _PatternSet:
 
 _INFO_LEVEL: Final = 20
 
+#: What sends a line past the screen besides the patterns: a level of warning or worse in
+#: any of ``_LEVEL``'s shapes (a superset: "err" in "stderr" only costs a check), exception
+#: and warning lines, a traceback or a bare frame of one, a loader, control characters
+#: ``clean`` would strip.
+_SCREEN_EXTRAS: Final = (
+    r"warn|err|crit|fatal|panic|exception|traceback",
+    r"(?:^|\s)[WEF]\d{4} \d\d:\d\d:\d\d",
+    r"^\d+\.\d\d\.\d{3}\.\d{3} [WE] ",
+    r"\[[WEF](?:\]| \w)",
+    r"[\x00-\x08\x0b-\x1f\x7f]",
+    r'File "[^"]+", line \d+',  # a bare frame opens a traceback (an excerpt cut inside one)
+    *(regex.pattern for regex, _ in vocabulary.LOADERS),
+)
+
 
 def might_matter(line: str) -> bool:
     """Whether a line could be fatal, by a cheap screen: False means it cannot be.
@@ -382,23 +437,77 @@ class LogClassifier:
     traceback is open (its exception line names the cause).
     """
 
-    def __init__(self, profile: LogProfile, patterns: LogPatterns | None = None) -> None:
+    def __init__(
+        self, profile: LogProfile, patterns: LogPatterns | None = None, *, tz: tzinfo = UTC
+    ) -> None:
         user = patterns or LogPatterns()
         self._user_fatal = _UserPatterns(user.fatal)
         self._user_benign = _UserPatterns(user.benign)
         self._user_markers = _UserPatterns(user.markers)
         self._fatal = _sorted_fatal(profile.fatal)
         self._benign = _PatternSet(profile.benign)
-        self._shared_quiet = _PatternSet((*vocabulary.STOPS, *vocabulary.BENIGN))
+        quiet = (*access.ACCESS, *vocabulary.STOPS, *vocabulary.BENIGN)
+        self._shared_quiet = _PatternSet(quiet)
         self._shared_fatal = _sorted_fatal(vocabulary.FATAL)
         self._wrappers = _PatternSet((*profile.wrappers, *vocabulary.WRAPPERS))
         self._markers = _PatternSet((*profile.markers, *vocabulary.MARKERS))
+        # The benign layer last, so that its hits are one range of the screen's indices.
+        sets = (self._fatal, self._wrappers, self._markers, self._shared_fatal)
+        regexes = [p.regex.pattern for ps in sets for p in ps.patterns]
+        self._benign_from = len(regexes)
+        self._benign_layer = (*self._benign.patterns, *quiet)
+        regexes += [p.regex.pattern for p in self._benign_layer]
+        screen = screen_of([*regexes, *_SCREEN_EXTRAS])
+        # The C set's own Match, past the wrapper's type checks: bytes go in either way.
+        self._match: Callable[[bytes], list[int] | None] | None = (
+            None if screen is None else getattr(screen, "_set", screen).Match
+        )
+
+        self._user_any = bool(user.fatal or user.benign or user.markers)
+        self._tz = tz
         self._year: int | None = None
         self._ended: set[str] = set()
         self._model_index = 0
         self._traceback: _Traceback | None = None
         #: Timestamp parsed from the last line given to ``classify``; None if it had none.
         self.last_timestamp: float | None = None
+
+    def plain(self, line: str) -> LogClass | None:
+        """The class of a line no pattern can match, found without building anything.
+
+        ``INFO`` for a line that matches nothing, ``BENIGN`` for a request access line that
+        matches nothing else; None when the line needs ``classify`` (a pattern, a level of
+        warning or worse, an open traceback, redraws or colour codes). ``classify`` would
+        give the line this class and nothing more, so the caller counts it and moves on:
+        no event, no timestamp or level parse, no redaction.
+        """
+        # Spelled out, not looped: this runs for every line a serving engine writes.
+        match = self._match
+        if self._traceback is not None or match is None or self._user_any:
+            return None
+        # What ``clean`` or ``split_updates`` would change: such a line takes the full path.
+        if "\x1b" in line or "\r" in line or "#033[" in line:
+            return None
+        if "<" in line and _TQDM_STATS.search(line):
+            return None
+        head = line[:MATCH_CHARS]
+        hits = match(head.encode("utf-8", "surrogatepass"))
+        if not hits:
+            return None if head.isspace() or not head else LogClass.INFO
+        # Known noise (request traffic above all) and nothing else: benign, once ``re``
+        # confirms one of the hits, as the benign layer of ``classify`` would.
+        start, layer = self._benign_from, self._benign_layer
+        for i in hits:
+            if not start <= i < start + len(layer):
+                return None
+        for i in hits:
+            if layer[i - start].regex.search(head):
+                return LogClass.BENIGN
+        return None
+
+    def level_class(self, line: str) -> LogClass:
+        """The class a line's own level gives it (info, warning or error): a flood's count."""
+        return self._level(clean(line[:MATCH_CHARS]))
 
     def reset(self) -> None:
         """Forget what belongs to one run of the engine (call it when the process changes)."""
@@ -430,14 +539,17 @@ class LogClassifier:
         return events
 
     def _timestamp(self, text: str, at: float) -> float | None:
-        parsed = parse_timestamp(text, default_year=self._year or datetime.fromtimestamp(at).year)
+        year = self._year or datetime.fromtimestamp(at, self._tz).year
+        parsed = parse_timestamp(text, default_year=year, tz=self._tz)
         if parsed is None:
             return None
         when, printed_year = parsed
         if printed_year is not None:
             self._year = printed_year
         elif self._year is None and when > at + _FUTURE_SLACK_SECONDS:
-            when = _one_year_earlier(when)  # a December stamp without year, read in January
+            when = _one_year_earlier(
+                when, self._tz
+            )  # a December stamp without year, read in January
         self.last_timestamp = when
         return when
 

@@ -19,8 +19,10 @@ from typing import Any, Final, get_args, get_type_hints
 from exporter.base.model import (
     GpuReading,
     HostReadings,
+    LogClass,
     LogEvent,
     LogReading,
+    LogTally,
     ModelSize,
     Observation,
     Phase,
@@ -77,7 +79,9 @@ def _fields(cls: type) -> dict[str, tuple[type, ...]]:
     }
 
 
-#: Lines classified per target per tick before a flood is screened (about 0.2 s of work).
+#: Lines classified per target per tick before a flood is screened (about 0.1 s of work);
+#: lines the classifier's screen rules out are only counted and do not count against it.
+
 CLASSIFY_BUDGET: Final = 1000
 
 
@@ -255,41 +259,78 @@ def classify_lines(
     process_gone: bool = False,
     budget: int = CLASSIFY_BUDGET,
 ) -> tuple[LogEvent, ...]:
-    """Classify new log lines, starting a new story first when the engine process changed.
+    """``read_log`` with every line made an event, the plain ones too: for showing each line."""
+    events, _ = read_log(
+        world, process, lines, process_gone=process_gone, budget=budget, every_line=True
+    )
+    return events
 
-    Past ``budget`` lines (a flood) only those that may matter (``classify.might_matter``)
-    and the newest ones are classified, so a fatal line behind tens of MB of noise is seen
-    within seconds. A line equal to the one before it, numbers aside, is marked ``repeat``:
-    a flood is weak evidence of progress. Once the process is gone its log has ended: a
-    failure a wrapper line announced, whose cause never came, becomes a crash (``finish``).
+
+def read_log(
+    world: TargetWorld,
+    process: ProcessSample | None,
+    lines: tuple[RawLogLine, ...],
+    *,
+    process_gone: bool = False,
+    budget: int = CLASSIFY_BUDGET,
+    every_line: bool = False,
+) -> tuple[tuple[LogEvent, ...], LogTally]:
+    """The tick's log evidence as one batch: events of the lines that matched, a tally of the rest.
+
+    A new engine process starts a new story first. A line the classifier's screen rules out
+    (``LogClassifier.plain``: most of a serving engine's log) is only counted. Past
+    ``budget`` classified lines (a flood of lines the screen cannot rule out) only those that
+    may be fatal (``classify.might_matter``, up to ``budget`` more) and the newest are
+    classified; the rest are counted by their level, so every line read is counted and a
+    fatal line behind tens of MB of noise is seen at once. A line equal to the one before it,
+    numbers aside, is a ``repeat``: a flood is weak evidence of progress. Once the process is
+    gone its log has ended: a failure a wrapper line announced, whose cause never came,
+    becomes a crash (``finish``).
     """
+    classifier = world.classifier
     if _new_process(world.state, process):
-        world.classifier.reset()
+        classifier.reset()
     events: list[LogEvent] = []
-    for line in _within_budget(lines, budget):
-        for event in world.classifier.classify(
-            line.text, at=line.at, line_no=line.line_no, line_time=False
-        ):
+    counts: dict[LogClass, int] = {}
+    news, pending, classified = False, None, 0
+    newest = len(lines) - budget // 2
+    for i, line in enumerate(lines):
+        text = line.text
+        cls = None if every_line else classifier.plain(text)
+        flooded = cls is None and classified >= budget and i < newest
+        if flooded and (classified >= 2 * budget or not might_matter(text)):
+            cls = classifier.level_class(text)
+
+        if cls is not None:
+            counts[cls] = counts.get(cls, 0) + 1
+            if cls is not LogClass.BENIGN and not news:
+                before = _key(pending) if pending is not None else world.last_line_key
+                world.last_line_key, pending = _key(text), None
+                news = world.last_line_key != before
+            else:
+                pending = text  # its key is only needed if nothing follows it
+            continue
+        if pending is not None:
+            world.last_line_key, pending = _key(pending), None
+        classified += 1
+        for event in classifier.classify(text, at=line.at, line_no=line.line_no, line_time=False):
             events.append(_mark_repeat(world, event))
+    if pending is not None:
+        world.last_line_key = _key(pending)
     if process_gone and world.state.pid is not None:
-        events += world.classifier.finish()
-    return tuple(events)
-
-
-def _within_budget(lines: tuple[RawLogLine, ...], budget: int) -> tuple[RawLogLine, ...]:
-    if len(lines) <= budget:
-        return lines
-    newest = budget // 2
-    head = lines[:-newest]
-    screened = tuple(line for line in head if might_matter(line.text))[-(budget - newest) :]
-    return screened + lines[-newest:]
+        events += classifier.finish()
+    return tuple(events), LogTally(tuple(counts.items()), news)
 
 
 _NUMBERS: Final = re.compile(r"\d+")
 
 
+def _key(text: str) -> str:
+    return _NUMBERS.sub("#", text)
+
+
 def _mark_repeat(world: TargetWorld, event: LogEvent) -> LogEvent:
-    key = _NUMBERS.sub("#", event.text)
+    key = _key(event.text)
     repeat = key == world.last_line_key
     world.last_line_key = key
     return dataclasses.replace(event, repeat=True) if repeat else event
@@ -328,6 +369,12 @@ def observe(
     per_mig = attribution.per_target_mig.get(name, {})
     if gpus is not None:
         per_gpu, per_mig = _selected_gpus(gpus, per_gpu, per_mig, gpu)
+    events, tally = read_log(
+        world,
+        readings.process,
+        readings.logs.lines,
+        process_gone=readings.process is None and readings.process_error is None,
+    )
     obs = Observation(
         target=name,
         at=now,
@@ -337,12 +384,8 @@ def observe(
         completion=readings.completion,
         disk_read_bytes=host.disk.read_bytes if host.disk else None,
         gpu_memory_bytes=sum(per_gpu.values()) if gpu.gpus else None,
-        log_events=classify_lines(
-            world,
-            readings.process,
-            readings.logs.lines,
-            process_gone=readings.process is None and readings.process_error is None,
-        ),
+        log_events=events,
+        log_tally=tally,
         gpu_errors=_target_gpu_errors(world, gpu, per_gpu, gpus),
     )
     return Observed(obs, tuple(sorted(per_gpu.items())), tuple(sorted(per_mig.items())))

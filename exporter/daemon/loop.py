@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from exporter import __version__
 from exporter.base.errors import ConfigErrors
+from exporter.base.localzone import local_zone
 from exporter.base.model import (
     STARTUP_PHASES,
     STEADY_PHASES,
@@ -114,7 +115,8 @@ class Daemon:
     def _watch(self, target: Target) -> Watched:
         saved = self.history.saved_start(target.name)
         state = resume(saved) if saved is not None else initial_state(target.name)
-        classifier = LogClassifier(target.profile.log, target.log_patterns)
+        # the core never reads the machine's zone itself: it is handed in
+        classifier = LogClassifier(target.profile.log, target.log_patterns, tz=local_zone())
         sources = make_sources(target, self.settings.state_directory)
         try:
             completer = Prober(target) if target.completion else None
@@ -145,6 +147,7 @@ class Daemon:
                 stall_seconds=stall,
                 expected_peak_gpu_bytes=exp.peak_gpu_bytes,
                 expected_phase_seconds=exp.phase_seconds,
+                tz=local_zone(),
             ),
             gpus=target.gpus,
             typical_start_seconds=exp.typical_duration_seconds,

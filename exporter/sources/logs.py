@@ -1,7 +1,7 @@
 """Engine log sources: a plain log file, journald through systemd-python, or ``journalctl``.
 
-I/O only: each ``sample()`` returns the lines that are new, secrets redacted and not yet
-classified (the observe stage classifies them), and never blocks; failures raise
+I/O only: each ``sample()`` returns the lines that are new, as read: the core screens,
+counts and classifies them, and redacts the few it keeps. It never blocks; failures raise
 ``SourceError`` for ``run_source`` to record.
 This is the one module that imports ``systemd.journal``.
 """
@@ -21,7 +21,7 @@ import subprocess
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO, Final, Protocol, cast
@@ -29,7 +29,6 @@ from typing import Any, BinaryIO, Final, Protocol, cast
 from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import LogReading, RawLogLine
 from exporter.config import Target
-from exporter.core.classify import might_matter, redact
 from exporter.sources import TargetSeen, TargetSource
 
 
@@ -49,15 +48,16 @@ def _journal() -> ModuleType | None:
 
 log = logging.getLogger(__name__)
 
-#: Lines one ``sample()`` returns at most; a backlog drains over the next ticks. Reading is
-#: cheap (a few µs a line); the observe stage classifies within its own budget.
-LINES_PER_SAMPLE: Final = 50_000
+#: Lines one ``sample()`` returns at most; a backlog drains over the next ticks, within
+#: half the tick's time. Reading is cheap (about a µs a line), and so is a line the core's
+#: screen rules out: a flood of 50 MiB drains in a few ticks.
+LINES_PER_SAMPLE: Final = 250_000
 #: Longest line kept; the rest of a longer line is dropped (the classifier caps text too).
 MAX_LINE_BYTES: Final = 8192
 #: A first read with no saved position starts at most this far before the end of the file.
 MAX_BACKLOG_BYTES: Final = 4 * 2**20
-#: Bytes read from a file per ``read()`` call, so one call stays bounded.
-MAX_READ_BYTES: Final = 8 * 2**20
+#: Bytes read from a file per ``sample()``, so one call stays bounded.
+MAX_READ_BYTES: Final = 32 * 2**20
 #: Entries ``journalctl`` shows from before the exporter started, when no cursor is saved.
 JOURNALCTL_BACKLOG_LINES: Final = 2000
 SYSTEM_JOURNAL_DIRS: Final = ("/var/log/journal", "/run/log/journal")
@@ -74,7 +74,7 @@ _CHUNK: Final = 64 * 1024
 
 
 class LogSource(TargetSource[LogReading], Protocol):
-    """What the daemon reads a target's engine log through: a ``TargetSource`` of redacted lines."""
+    """What the daemon reads a target's engine log through: a ``TargetSource`` of raw lines."""
 
     #: Lines one ``sample()`` returns at most.
     max_lines: int
@@ -131,11 +131,6 @@ class _Record:
 
 
 _RECORD_END: Final = re.compile(rb"[\r\n]")
-#: Past this many lines in one read (a flood), only lines that may be fatal and the newest
-#: ones are returned: the fatal line behind tens of MB of noise is seen within seconds.
-SCREEN_AFTER_LINES: Final = 2000
-#: The newest lines of a screened read that are returned whatever they say.
-SCREEN_KEEPS_NEWEST: Final = 500
 
 
 class _LineSplitter:
@@ -167,15 +162,6 @@ class _LineSplitter:
         room = 0 if self.dropping else MAX_LINE_BYTES - len(self.pending)
         self.pending += chunk[: max(room, 0)]
         self.dropping = self.dropping or len(chunk) > room
-
-
-def _screened(lines: list[RawLogLine]) -> list[RawLogLine]:
-    """Redacted lines; of a flood, those that may be fatal and the newest ones only."""
-    if len(lines) > SCREEN_AFTER_LINES:
-        newest = len(lines) - SCREEN_KEEPS_NEWEST
-        lines = [ln for i, ln in enumerate(lines) if i >= newest or might_matter(ln.text)]
-        lines = lines[-SCREEN_AFTER_LINES:]  # a flood of error lines: its newest matter most
-    return [replace(ln, text=redact(ln.text)) for ln in lines]
 
 
 def _past(when: float) -> bool:
@@ -268,7 +254,6 @@ class FileLogSource:
             )
             self._line_no += record.ends_line
         self._save_position()
-        lines = _screened(lines)
         backlog = max(0, os.fstat(fh.fileno()).st_size - self._first_unreturned())
         if at_end or not backlog:
             self._behind_since = None
@@ -487,7 +472,8 @@ class _JournalFollower:
             if entry is None:
                 break
             at = _realtime(entry.get("__REALTIME_TIMESTAMP"), time.time())
-            lines.append(RawLogLine(redact(_message_text(entry.get("MESSAGE"))), at))
+            lines.append(RawLogLine(_message_text(entry.get("MESSAGE")), at))
+
             last = str(entry.get("__CURSOR", last))
         if last != self._cursor and last is not None:
             self._cursor = last

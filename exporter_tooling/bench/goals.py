@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from exporter_tooling.bench.records import (
     GoalRecord,
+    LogsSection,
     ReadySection,
     Report,
     SamplingSection,
@@ -49,7 +50,47 @@ def evaluate_goals(report: Report, sizes: Sizes) -> list[GoalRecord]:
     """The goals of the issue against this report's figures (those of skipped sections: None)."""
     goals = _scrape_goals(report.get("scrape")) + _sampling_goals(report.get("sampling"), sizes)
     goals += _detection_goals(report.get("ready"), report.get("stall"))
+    goals += _logs_goals(report.get("logs"))
     return [g.record() for g in goals]
+
+
+def _logs_goals(logs: LogsSection | None) -> list[Goal]:
+    """Issue 29's goals: the classifier at line rate, serving traffic almost free."""
+    if logs is None:
+        return []
+    goals = [
+        Goal(
+            "classifier, serving access lines",
+            logs["classifier_access_lines_per_s"],
+            250_000,
+            "lines/s",
+            at_most=False,
+        ),
+        Goal(
+            "classifier, the shared corpus",
+            logs["classifier_corpus_lines_per_s"],
+            50_000,
+            "lines/s",
+            at_most=False,
+        ),
+    ]
+    for run in logs["serving"]:
+        limit = 1.0 if run["lines_per_s"] <= 2_000 else 5.0
+        name = f"one target logging {run['lines_per_s']:,} lines/s, exporter CPU"
+        goals.append(Goal(name, run["cpu_percent_of_core"], limit, "% of a core"))
+        name = f"one target logging {run['lines_per_s']:,} lines/s, backlog"
+        goals.append(Goal(name, run["backlog_max_bytes"], 0, "bytes"))
+    goals.append(
+        Goal(
+            "a fatal line after the flood, seen after",
+            logs["fatal_after_flood_ticks"],
+            1.0,
+            "ticks",
+        )
+    )
+    name = f"{logs['shared_log_targets']} targets on one engine and one log, exporter CPU"
+    goals.append(Goal(name, logs["shared_log_cpu_percent"], 1.0, "% of a core"))
+    return goals
 
 
 def _scrape_goals(scrape: ScrapeSection | None) -> list[Goal]:

@@ -16,8 +16,10 @@ from exporter import __version__
 from exporter_tooling.bench.context import BenchContext
 from exporter_tooling.bench.detection import ready_section, stall_section
 from exporter_tooling.bench.goals import evaluate_goals
+from exporter_tooling.bench.logs import logs_section
 from exporter_tooling.bench.records import (
     HostFacts,
+    LogsSection,
     ReadySection,
     Report,
     SamplingSection,
@@ -32,7 +34,9 @@ from exporter_tooling.bench.waiting import BenchError
 from exporter_tooling.fakenvml import SimulatedNvmlBuildError, build_simulated_nvml
 
 NODE_EXPORTER: Final = "/usr/bin/prometheus-node-exporter"
-Section = TypeVar("Section", ScrapeSection, SamplingSection, ReadySection, StallSection)
+Section = TypeVar(
+    "Section", ScrapeSection, SamplingSection, ReadySection, StallSection, LogsSection
+)
 
 
 def measure(
@@ -85,6 +89,8 @@ def _run_section(name: str, ctx: BenchContext, report: Report) -> None:
         report["ready"] = _timed(ready_section, ctx)
     elif name == "stall":
         report["stall"] = _timed(stall_section, ctx)
+    elif name == "logs":
+        report["logs"] = _timed(logs_section, ctx)
     else:
         raise ValueError(f"unknown bench section {name!r}")
 

@@ -164,6 +164,26 @@ class GoalRecord(TypedDict):
     met: bool | None
 
 
+class LogRateRun(TypedDict):
+    """One serving target logging a steady rate of access lines."""
+
+    lines_per_s: int
+    cpu_percent_of_core: float
+    backlog_max_bytes: int
+
+
+class LogsSection(TypedDict):
+    """Section ``logs``: what engine log traffic costs."""
+
+    classifier_access_lines_per_s: float
+    classifier_corpus_lines_per_s: float | None
+    serving: list[LogRateRun]
+    fatal_after_flood_ticks: float
+    shared_log_targets: int
+    shared_log_cpu_percent: float
+    seconds: NotRequired[float]
+
+
 class Report(TypedDict):
     """The whole JSON report."""
 
@@ -173,6 +193,8 @@ class Report(TypedDict):
     sampling: NotRequired[SamplingSection]
     ready: NotRequired[ReadySection]
     stall: NotRequired[StallSection]
+    logs: NotRequired[LogsSection]
+
     profiles: NotRequired[dict[str, str]]
     seconds: NotRequired[float]
     goals: NotRequired[list[GoalRecord]]

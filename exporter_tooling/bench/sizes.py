@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-SECTIONS: Final = ("scrape", "sampling", "ready", "stall")
+SECTIONS: Final = ("scrape", "sampling", "ready", "stall", "logs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,15 @@ class Sizes:
     stalls: int = 2
     stall_threshold: float = 3.0
     stall_intervals: tuple[float, ...] = (1.0, 0.25)
+    #: Serving access lines replayed for the classifier's rate.
+    access_lines: int = 50_000
+    #: Lines a second one serving target logs, one exporter run each.
+    log_rates: tuple[int, ...] = (2_000, 20_000)
+    log_seconds: float = 20.0
+    #: Seconds of the top rate before the fatal line.
+    flood_seconds: float = 60.0
+    #: Targets watching one engine and its one log file.
+    shared_log_targets: int = 8
 
     @property
     def farm_targets(self) -> int:
@@ -63,4 +72,9 @@ QUICK: Final = Sizes(
     stalls=1,
     stall_threshold=1.0,
     stall_intervals=(0.25,),
+    access_lines=2_000,
+    log_rates=(200,),
+    log_seconds=2.0,
+    flood_seconds=2.0,
+    shared_log_targets=2,
 )

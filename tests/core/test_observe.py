@@ -9,14 +9,16 @@ from exporter.base.model import (
     GpuProcess,
     GpuReading,
     GpuSample,
+    LogClass,
     LogReading,
     MemoryPressure,
     MigSample,
+    Phase,
     ProcessSample,
     RawLogLine,
 )
 from exporter.core.classify import LogClassifier
-from exporter.core.lifecycle import initial_state
+from exporter.core.lifecycle import Thresholds, initial_state, step
 from exporter.core.observe import (
     TargetReadings,
     TargetWorld,
@@ -184,3 +186,47 @@ def test_gpu_errors_concern_only_the_gpus_a_target_uses_and_are_seen_once():
         "GPU 2 is lost (NVML_ERROR_GPU_IS_LOST)",
     )
     assert again.observation.gpu_errors == ()  # a stale reading's events were seen already
+
+
+ACCESS = 'INFO:     127.0.0.1:{} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+THROUGHPUT = "INFO 05-12 02:45:{:02} [metrics.py:455] Avg prompt throughput: {}.0 tokens/s"
+
+
+def tick_of(lines: list[str], at: float) -> TargetReadings:
+    return TargetReadings(process=PROC, logs=LogReading(tuple(RawLogLine(t, at) for t in lines)))
+
+
+def run_ticks(w: TargetWorld, ticks: list[list[str]], start: float = 200.0):
+    gpu = GpuReading(gpus=())
+    none = attribute_gpu_memory(gpu, {})
+    for i, lines in enumerate(ticks):
+        now = start + i
+        obs = observe(
+            "vllm", w, tick_of(lines, now), host_readings({}), gpu, none, gpus=None, now=now
+        )
+        w.state = step(w.state, obs.observation, now, Thresholds())
+    return w.state
+
+
+def test_every_line_read_is_counted_by_class_however_many_a_tick_brings():
+    # Issue 30 #11: 30,500 of 300,000 lines were counted once the source screened a flood.
+    tick = [ACCESS.format(40_000 + i % 9000) for i in range(15_000)]
+    tick += [THROUGHPUT.format(i % 60, i) for i in range(4_950)]
+    tick += [f"WARNING 05-12 02:45:10 [scheduler.py:1] preempted request {i}" for i in range(50)]
+    state = run_ticks(world(), [tick, tick, tick])
+    counts = dict(state.counters.log_lines)
+    assert sum(counts.values()) == 60_000
+    assert counts[LogClass.BENIGN] == 45_000  # request traffic, known and never notable
+    assert counts[LogClass.WARNING] == 150
+
+
+def test_request_access_lines_are_traffic_never_start_up_progress():
+    w = world()
+    w.state = replace(w.state, pid=PROC.pid, create_time=PROC.create_time)
+    requests = [ACCESS.format(40_000 + i) for i in range(100)]
+    state = run_ticks(w, [requests, requests])
+    assert state.phase is Phase.STARTING
+    assert "logs" not in (state.last_evidence or "")
+    # the same tick of start-up chatter is evidence
+    state = run_ticks(w, [[THROUGHPUT.format(i % 60, i) for i in range(100)]], start=300.0)
+    assert "logs" in (state.last_evidence or "")

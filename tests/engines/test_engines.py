@@ -10,7 +10,7 @@ import pytest
 
 from exporter.base.model import FailureReason, LogClass, Phase
 from exporter.core.classify import LogClassifier
-from exporter.engines import ENGINES, vocabulary
+from exporter.engines import ENGINES, access, vocabulary
 
 ENGINE_DIR = Path(__file__).resolve().parents[2] / "exporter" / "engines"
 _CALL = re.compile(r"^\s*(marker|progress|fatal|benign|wrapper)\(")
@@ -218,7 +218,26 @@ def test_every_pattern_compiles_as_re2():
             *vocabulary.WRAPPERS,
             *vocabulary.BENIGN,
             *vocabulary.STOPS,
+            *access.ACCESS,
         )
     ]
+    patterns += [regex.pattern for regex, _ in vocabulary.LOADERS]
     for pattern in patterns:
         re2.compile(pattern)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'INFO:     127.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+        '[2026-08-01 23:40:01] INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK',
+        '[GIN] 2024/05/01 - 12:00:00 | 200 |    1.234ms |  127.0.0.1 | POST     "/api/chat"',
+        "srv  log_server_r: request: POST /completion 127.0.0.1 200",
+    ],
+)
+def test_request_access_lines_are_known_traffic_on_every_engine(line):
+    for engine in ENGINES.values():
+        classifier = LogClassifier(engine.log)
+        assert classifier.plain(line) is LogClass.BENIGN, engine.name
+        (event,) = classifier.classify(line, at=0.0)
+        assert event.cls is LogClass.BENIGN and event.phase is None, engine.name

@@ -29,8 +29,8 @@ time.sleep(600)
 """
 
 
-@pytest.mark.integration
-def test_a_fatal_line_behind_a_flood_is_seen_within_seconds(tmp_path):
+def fatal_seen_after(tmp_path, megabytes: int) -> tuple[dict, float]:
+    """Seconds from the last byte of a flood (and its fatal line) to the failed phase."""
     log, pidfile = tmp_path / "engine.log", tmp_path / "engine.pid"
     log.write_bytes(b"")
     toml = f"""
@@ -43,7 +43,9 @@ pidfile = "{pidfile}"
 log_file = "{log}"
 """
     with exporter(tmp_path, toml, interval=0.25) as exp:
-        writer = subprocess.Popen([sys.executable, "-c", FLOODER, str(log), str(pidfile), "40"])
+        writer = subprocess.Popen(
+            [sys.executable, "-c", FLOODER, str(log), str(pidfile), str(megabytes)]
+        )
         try:
             deadline = time.monotonic() + 60
             while not (tmp_path / "engine.log.done").exists() and time.monotonic() < deadline:
@@ -53,8 +55,24 @@ log_file = "{log}"
             took = time.monotonic() - written
         finally:
             stop_process(writer)
+    return failed, took
+
+
+@pytest.mark.integration
+def test_a_fatal_line_behind_a_flood_is_seen_within_seconds(tmp_path):
+    failed, took = fatal_seen_after(tmp_path, 40)
     assert failed["failure_reason"] == "oom"
     assert "CUDA out of memory" in failed["reason_detail"]
     assert failed["stalled"] is False
     # 40 MB at 1,000 lines a tick used to take about 100 s to reach the fatal line
     assert took < 30
+
+
+@pytest.mark.integration
+def test_the_delay_of_a_fatal_line_does_not_grow_with_the_flood_before_it(tmp_path):
+    # Issue 30 #5: 50 MiB -> seen after 29 s, 100 MiB -> 72.6 s (a drain of ~1.4 MiB/s). The
+    # core's screen rules a flood's lines out at line rate, so 100 MiB takes seconds.
+    failed, took = fatal_seen_after(tmp_path, 100)
+    assert failed["failure_reason"] == "oom"
+    assert "CUDA out of memory" in failed["reason_detail"]
+    assert took < 15

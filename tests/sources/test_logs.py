@@ -25,7 +25,7 @@ from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.config import Target
 from exporter.core.classify import MAX_LINE_CHARS, LogClassifier
 from exporter.core.lifecycle import initial_state
-from exporter.core.observe import TargetWorld, classify_lines
+from exporter.core.observe import TargetWorld, classify_lines, read_log
 from exporter.engines import ENGINES
 from exporter.sources.logs import (
     FileLogSource,
@@ -618,14 +618,18 @@ def test_a_read_that_cannot_finish_reports_its_backlog_and_since_when(tmp_path):
     src.close()
 
 
-def test_a_flood_returns_the_lines_that_may_be_fatal_and_the_newest(tmp_path):
+def test_a_flood_reaches_the_core_whole_its_fatal_line_classified_and_every_line_counted(
+    tmp_path,
+):
     log = tmp_path / "engine.log"
     noise = b"INFO 05-12 02:45:10 [metrics.py:455] GPU KV cache usage: 0.0%\n" * 20_000
     fatal = b"ERROR 05-12 02:45:11 torch.OutOfMemoryError: CUDA out of memory\n"
     log.write_bytes(noise + fatal + noise)
     src = FileLogSource(str(log), start_at_end=False)
     lines = src.sample().lines
-    assert len(lines) < 1000
-    assert any("CUDA out of memory" in ln.text for ln in lines)
-    assert lines[-1].line_no == 40_001  # the newest lines, with their real numbers
+    assert len(lines) == 40_001  # the source drops nothing: one screen, in the core
+    world = TargetWorld(initial_state("t"), LogClassifier(ENGINES["vllm"].log))
+    events, tally = read_log(world, None, lines)
+    assert [(e.line_no, e.fatal_reason) for e in events] == [(20_001, FailureReason.OOM)]
+    assert dict(tally.counts) == {LogClass.INFO: 40_000}  # counted, never made events
     src.close()

@@ -59,6 +59,9 @@ def gather_evidence(prev: TargetState, obs: Observation, dt: float) -> Evidence:
             log_phase = ev.phase
         if ev.cls is not LogClass.BENIGN and not ev.repeat:  # a flood of one line is no news
             kinds.append("shard_progress" if is_load_progress(ev) else "logs")
+    if obs.log_tally.news:  # lines no pattern matched, not request traffic, not one repeated
+        kinds.append("logs")
+
     return Evidence(tuple(dict.fromkeys(kinds)), log_phase, fatal, gpu_grew, fatal_event)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, tzinfo
 from typing import Any, Final, TypeVar
 
 from exporter.base.model import (
@@ -145,6 +146,7 @@ class Thresholds:
         weights_bytes: size of the model's weights, for read-based progress.
         expected_peak_gpu_bytes: GPU memory at the end of the last good start.
         expected_phase_seconds: typical duration of each startup phase (history), for ETA.
+        tz: the host's zone, for the time of a failure's line where it has no number.
     """
 
     stall_seconds: Mapping[Phase, float] = field(default_factory=lambda: DEFAULT_STALL_SECONDS)
@@ -152,6 +154,7 @@ class Thresholds:
     weights_bytes: int | None = None
     expected_peak_gpu_bytes: int | None = None
     expected_phase_seconds: Mapping[Phase, float] = field(default_factory=dict)
+    tz: tzinfo = UTC
 
     def stall_for(self, phase: Phase) -> float:
         """The stall threshold of a startup phase."""

@@ -49,7 +49,7 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
         state,
         shard_progress=merge_shards(state.shard_progress, obs.log_events),
         notable_lines=notable(state.notable_lines, obs.log_events),
-        counters=count_lines(state.counters, obs.log_events),
+        counters=count_lines(state.counters, obs.log_events, obs.log_tally),
     )
     if phase is Phase.FAILED and _passes_through(state.phase, ev.log_phase):
         # The same lines announced a later phase before the fatal one: keep it in the story.
@@ -62,7 +62,7 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
     elif phase is not state.phase and phase in TRANSITIONS[state.phase]:
         state = enter(state, phase, reason, failure, now)
         if phase is Phase.FAILED:
-            state = replace(state, reason_detail=_failure_detail(ev, failure, obs))
+            state = replace(state, reason_detail=_failure_detail(ev, failure, obs, th))
     elif phase is state.phase and reason != state.reason:
         state = replace(state, reason=reason)
     state = _track_wake(prev, _after_probe(track_load(state, obs), obs), ev, now)
@@ -88,12 +88,14 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
     return evolve(state, eta_seconds=None if state.stalled else estimate_eta(state, now, th))
 
 
-def _failure_detail(ev: Evidence, failure: FailureReason | None, obs: Observation) -> str | None:
+def _failure_detail(
+    ev: Evidence, failure: FailureReason | None, obs: Observation, th: Thresholds
+) -> str | None:
     """For people: the GPU events, the decisive log line, or the model the server gave up on."""
     if failure is FailureReason.GPU_ERROR and obs.gpu_errors:
         return "; ".join(obs.gpu_errors)
     if failure is ev.fatal and ev.fatal_event is not None:
-        return reason_detail(ev.fatal_event)
+        return reason_detail(ev.fatal_event, th.tz)
     model = failed_model(obs)
     if model is not None:
         return f"model {model.name} (version {model.version or '-'}): {model.reason}"

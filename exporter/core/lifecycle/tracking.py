@@ -10,6 +10,7 @@ from exporter.base.model import (
     FailureReason,
     LogClass,
     LogEvent,
+    LogTally,
     Observation,
     Phase,
 )
@@ -44,14 +45,16 @@ def bump(pairs: tuple[tuple[K, int], ...], key: K, n: int = 1) -> tuple[tuple[K,
     return tuple(d.items())
 
 
-def count_lines(counters: Counters, events: tuple[LogEvent, ...]) -> Counters:
-    """Counters with each event counted under its class."""
-    if not events:
+def count_lines(counters: Counters, events: tuple[LogEvent, ...], tally: LogTally) -> Counters:
+    """Counters with each event counted under its class, and the tally's lines under theirs."""
+    if not events and not tally.counts:
         return counters
-    lines = counters.log_lines
+    lines = dict(counters.log_lines)
+    for cls, n in tally.counts:
+        lines[cls] = lines.get(cls, 0) + n
     for ev in events:
-        lines = bump(lines, ev.cls)
-    return replace(counters, log_lines=lines)
+        lines[ev.cls] = lines.get(ev.cls, 0) + 1
+    return replace(counters, log_lines=tuple(lines.items()))
 
 
 def _observe_cold_start(counters: Counters, seconds: float) -> Counters:
