@@ -8,127 +8,46 @@ patterns, then the engine's profile, then the shared vocabulary.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta, timezone, tzinfo
-from typing import Final, Protocol
-
-import re2
+from datetime import UTC, datetime, tzinfo
+from typing import Final
 
 from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.base.redact import redact
+from exporter.core.logtext import (
+    FUTURE_SLACK_SECONDS,
+    MATCH_CHARS,
+    MAX_LINE_CHARS,
+    TQDM_STATS,
+    clean,
+    count_value,
+    one_year_earlier,
+    parse_timestamp,
+    split_updates,
+    with_loader,
+)
+from exporter.core.screen import PatternSet, Screen, screen_of
 from exporter.engines import access, vocabulary
 from exporter.engines.profile import LogPattern, LogPatterns, LogProfile, Matcher
 
-__all__ = ["LogClassifier", "clean", "line_level", "parse_timestamp", "reason_detail", "redact"]
+__all__ = [
+    "MATCH_CHARS",
+    "MAX_LINE_CHARS",
+    "LogClassifier",
+    "Screen",
+    "clean",
+    "line_level",
+    "parse_timestamp",
+    "reason_detail",
+    "redact",
+    "screen_of",
+    "split_updates",
+]
 
-#: Longest text an event carries; a longer line is cut (engines print megabyte-long args).
-MAX_LINE_CHARS: Final = 8192
-#: Patterns look at the start of a line only: what they seek comes first, and a regex over
-#: a kilobytes-long argument dump costs tens of milliseconds.
-MATCH_CHARS: Final = 2048
 #: Lines after a traceback header within which its final exception line is awaited.
 _TRACEBACK_BUDGET: Final = 200
-#: A yearless stamp this far past the read time belongs to the previous year.
-_FUTURE_SLACK_SECONDS: Final = 2 * 86400
-
-# Raw ESC sequences, and the same rendered as text by CloudWatch (tgi-06-other "#033[2m").
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-B]|#033\[[0-9;]*[A-Za-z]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-# tqdm's "[elapsed<remaining, rate]": what follows it was glued on by a later write.
-_TQDM_STATS = re.compile(r"\[(?:\d+:)?\d+:\d+<(?:(?:\d+:)?\d+:\d+|\?)(?:,[^\]\[]*)?\]")
-
-
-def clean(text: str) -> str:
-    """Strip ANSI colour codes (raw and ``#033[`` text), control characters and the newline.
-
-    The result is what every pattern is matched against.
-    """
-    return _CONTROL.sub("", _ANSI.sub("", text.rstrip("\n")))
-
-
-def split_updates(line: str) -> list[str]:
-    r"""Split one physical line into the updates it holds.
-
-    tqdm redraws with ``\r`` (journald shows many updates on one line), and a later log
-    line is often glued straight after a bar's ``[elapsed<remaining]`` (sglang-04-ready).
-    """
-    pieces: list[str] = []
-    for segment in line.rstrip("\n").split("\r"):
-        while (m := _TQDM_STATS.search(segment)) and segment[m.end() :].strip():
-            pieces.append(segment[: m.end()])
-            segment = segment[m.end() :]
-        pieces.append(segment)
-    return [p for p in pieces if p.strip()]
-
-
-# --- timestamps ----------------------------------------------------------------------------
-_TS_WINDOW: Final = 160
-# sglang "[2026-08-01 23:37:38]", TGI "2023-08-17T15:28:43.904106Z", TF/flashinfer, wget.
-_TS_ISO = re.compile(
-    r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
-    r"(?:[.,](?P<f>\d{1,6})\d*)?(?P<tz>Z|[+-]\d\d:?\d\d)?"
-)
-# TensorRT-LLM "[12/20/2025-04:20:04]".
-_TS_TRT = re.compile(
-    r"(?<!\d)(?P<mo>\d\d)/(?P<d>\d\d)/(?P<y>\d{4})-(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
-)
-# vLLM "INFO 05-12 02:45:10" (no year).
-_TS_VLLM = re.compile(
-    r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?P<mo>\d\d)-(?P<d>\d\d) "
-    r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
-)
-# glog (Triton, TensorFlow) "I0420 12:34:56.123456" (no year).
-_TS_GLOG = re.compile(
-    r"(?:^|\s)[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<f>\d{6})\b"
-)
-_TS_FORMATS: Final = (_TS_ISO, _TS_TRT, _TS_VLLM, _TS_GLOG)
-
-
-def _tzinfo(tz: str | None) -> timezone | None:
-    if not tz:
-        return None
-    if tz == "Z":
-        return UTC
-    sign = -1 if tz[0] == "-" else 1
-    digits = tz[1:].replace(":", "")
-    return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
-
-
-def parse_timestamp(
-    text: str, *, default_year: int, tz: tzinfo = UTC
-) -> tuple[float, int | None] | None:
-    """The earliest timestamp near the start of a cleaned line, as Unix seconds.
-
-    Timestamps without a zone are in ``tz``, the zone engines print them in (the host's, as
-    the shell passes it in). Formats without a year (vLLM, glog) take ``default_year``.
-
-    Returns:
-        (seconds, year printed in the line or None), or None when the line has no timestamp.
-    """
-    head = text[:_TS_WINDOW]
-    found = [m for m in (f.search(head) for f in _TS_FORMATS) if m]
-    for m in sorted(found, key=lambda m: m.start()):
-        g = m.groupdict()
-        year = int(g["y"]) if g.get("y") else None
-        try:
-            stamp = datetime(
-                year or default_year,
-                int(g["mo"]),
-                int(g["d"]),
-                int(g["h"]),
-                int(g["mi"]),
-                int(g["s"]),
-                int((g.get("f") or "0").ljust(6, "0")),
-                tzinfo=_tzinfo(g.get("tz")) or tz,
-            )
-        except ValueError:  # glog's "E0000 00:00:..." carries no date at all
-            continue
-        return stamp.timestamp(), year
-    return None
-
 
 # --- classification ------------------------------------------------------------------------
 _RANK = re.compile(r"(?:\bTP|_TP)(\d+)\b|\brank[= ](\d+)\b", re.I)
@@ -229,16 +148,8 @@ def _is_redraw(text: str) -> bool:
     """A tqdm bar update that ends with its ``[elapsed<remaining]`` (nothing glued after)."""
     if not text.endswith("]"):
         return False
-    m = _TQDM_STATS.search(text)
+    m = TQDM_STATS.search(text)
     return m is not None and m.end() == len(text)
-
-
-def _one_year_earlier(when: float, tz: tzinfo) -> float:
-    stamp = datetime.fromtimestamp(when, tz)
-    try:
-        return stamp.replace(year=stamp.year - 1).timestamp()
-    except ValueError:  # 29 February
-        return (stamp - timedelta(days=365)).timestamp()
 
 
 def infer_reason(text: str) -> FailureReason:
@@ -265,112 +176,6 @@ class _UserPatterns:
         return any(m.search(text) is not None for m in self._matchers)
 
 
-def _count(value: str) -> int:
-    scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(value[-1:].upper(), 1.0)
-    number = value[:-1] if scale != 1.0 else value
-    return int(float(number) * scale)
-
-
-_LOADER_SCREEN: Final = re.compile(
-    "|".join(f"(?:{regex.pattern})" for regex, _ in vocabulary.LOADERS), re.IGNORECASE
-)
-_UNIT_POWERS: Final = {"K": 1, "M": 2, "G": 3, "T": 4}
-_SIZE: Final = re.compile(r"([\d.]+) ?([KMGT])(i?)", re.IGNORECASE)
-
-
-def _with_loader(event: LogEvent) -> LogEvent:
-    """The event with the fast loader its line names, and the throughput it reports."""
-    if event.cls in (LogClass.FATAL, LogClass.ERROR) or not _LOADER_SCREEN.search(event.text):
-        return event
-    name = next(n for regex, n in vocabulary.LOADERS if regex.search(event.text))
-    return replace(event, loader=name, loader_bytes_per_second=_summary_rate(event.text))
-
-
-def _summary_rate(text: str) -> float | None:
-    """Bytes per second from "34.3 GiB ... 28.52s, 1.2 GiB/s" (the rate, else size/seconds)."""
-    m = vocabulary.LOADER_SUMMARY.search(text)
-    if m is None:
-        return None
-    if m.group("rate"):
-        return _size_bytes(m.group("rate"))
-    seconds = float(m.group("seconds"))
-    return _size_bytes(m.group("size")) / seconds if seconds > 0 else None
-
-
-def _size_bytes(size: str) -> float:
-    """Bytes in "34.3 GiB": binary with an i, decimal without, as the line wrote it."""
-    m = _SIZE.match(size)
-    if m is None:  # LOADER_SUMMARY's groups always have this shape
-        return 0.0
-    base = 1024.0 if m.group(3) else 1000.0
-    power: int = _UNIT_POWERS[m.group(2).upper()]
-    return float(m.group(1)) * base**power
-
-
-class Screen(Protocol):
-    """What this module uses of an ``re2.Set`` (the package ships no types)."""
-
-    def Match(self, text: bytes) -> list[int] | None:
-        """The indices of the patterns that occur in text, or None."""
-        ...
-
-
-def screen_of(regexes: Iterable[str]) -> Screen | None:
-    """``_compiled_screen`` of the regexes: one set per distinct list, shared."""
-    return _compiled_screen(tuple(regexes))
-
-
-@functools.cache
-def _compiled_screen(regexes: tuple[str, ...]) -> Screen | None:
-    r"""One RE2 set of the regexes, case-insensitive, searched in time linear in the line.
-
-    A screen: ``re`` still decides each hit, so a pattern RE2 reads a little more widely
-    costs a check, never a verdict. RE2's ``\w``, ``\d`` and ``\b`` are ASCII: the profiles'
-    patterns name ASCII words, which both engines read alike. None when a regex is not
-    RE2's (the engine profiles' are all checked to be, by a test).
-
-    """
-    options = re2.Options()
-    options.case_sensitive = False
-    options.max_mem = 64 << 20  # the profiles' sets take a few MiB; the default 8 MiB is tight
-    screen = re2.Set.SearchSet(options)
-    try:
-        for regex in regexes:
-            screen.Add(regex)
-        screen.Compile()
-    except re2.error:
-        return None
-    return screen  # type: ignore[no-any-return]
-
-
-class _PatternSet:
-    """Patterns checked in order, behind one RE2 set that rules most lines out at once.
-
-    Only the patterns the set says occur in a line are searched with ``re``, in order.
-    """
-
-    def __init__(self, patterns: Iterable[LogPattern]) -> None:
-        self.patterns = tuple(patterns)
-        self._screen = screen_of(p.regex.pattern for p in self.patterns)
-
-    def first(self, text: str) -> tuple[LogPattern, re.Match[str]] | None:
-        """The first pattern (in order) that matches, with its match."""
-        if not self.patterns:
-            return None
-        if self._screen is None:
-            candidates: Iterable[int] = range(len(self.patterns))
-        else:
-            hits = self._screen.Match(text.encode("utf-8", "surrogatepass"))
-            if not hits:
-                return None
-            candidates = sorted(hits)
-        for i in candidates:
-            p = self.patterns[i]
-            if m := p.regex.search(text):
-                return p, m
-        return None
-
-
 @dataclass(slots=True)
 class _Traceback:
     """An open Python traceback: awaiting its final exception line.
@@ -390,8 +195,8 @@ class _Traceback:
     headless: bool = False
 
 
-def _sorted_fatal(patterns: Iterable[LogPattern]) -> _PatternSet:
-    return _PatternSet(sorted(patterns, key=lambda p: _REASON_ORDER.get(p.fatal_reason, 9)))
+def _sorted_fatal(patterns: Iterable[LogPattern]) -> PatternSet:
+    return PatternSet(sorted(patterns, key=lambda p: _REASON_ORDER.get(p.fatal_reason, 9)))
 
 
 _INFO_LEVEL: Final = 20
@@ -445,12 +250,12 @@ class LogClassifier:
         self._user_benign = _UserPatterns(user.benign)
         self._user_markers = _UserPatterns(user.markers)
         self._fatal = _sorted_fatal(profile.fatal)
-        self._benign = _PatternSet(profile.benign)
+        self._benign = PatternSet(profile.benign)
         quiet = (*access.ACCESS, *vocabulary.STOPS, *vocabulary.BENIGN)
-        self._shared_quiet = _PatternSet(quiet)
+        self._shared_quiet = PatternSet(quiet)
         self._shared_fatal = _sorted_fatal(vocabulary.FATAL)
-        self._wrappers = _PatternSet((*profile.wrappers, *vocabulary.WRAPPERS))
-        self._markers = _PatternSet((*profile.markers, *vocabulary.MARKERS))
+        self._wrappers = PatternSet((*profile.wrappers, *vocabulary.WRAPPERS))
+        self._markers = PatternSet((*profile.markers, *vocabulary.MARKERS))
         # The benign layer last, so that its hits are one range of the screen's indices.
         sets = (self._fatal, self._wrappers, self._markers, self._shared_fatal)
         regexes = [p.regex.pattern for ps in sets for p in ps.patterns]
@@ -488,7 +293,7 @@ class LogClassifier:
         # What ``clean`` or ``split_updates`` would change: such a line takes the full path.
         if "\x1b" in line or "\r" in line or "#033[" in line:
             return None
-        if "<" in line and _TQDM_STATS.search(line):
+        if "<" in line and TQDM_STATS.search(line):
             return None
         head = line[:MATCH_CHARS]
         hits = match(head.encode("utf-8", "surrogatepass"))
@@ -535,7 +340,7 @@ class LogClassifier:
                 continue
             when = self._timestamp(text, at) if line_time else None
             text = redact(text[: 2 * MAX_LINE_CHARS])[:MAX_LINE_CHARS]
-            events.append(_with_loader(self._event(text, at if when is None else when, line_no)))
+            events.append(with_loader(self._event(text, at if when is None else when, line_no)))
         return events
 
     def _timestamp(self, text: str, at: float) -> float | None:
@@ -546,8 +351,8 @@ class LogClassifier:
         when, printed_year = parsed
         if printed_year is not None:
             self._year = printed_year
-        elif self._year is None and when > at + _FUTURE_SLACK_SECONDS:
-            when = _one_year_earlier(
+        elif self._year is None and when > at + FUTURE_SLACK_SECONDS:
+            when = one_year_earlier(
                 when, self._tz
             )  # a December stamp without year, read in January
         self.last_timestamp = when
@@ -696,7 +501,7 @@ class LogClassifier:
     def _progress_event(
         self, p: LogPattern, m: re.Match[str], text: str, at: float, line_no: int | None
     ) -> LogEvent:
-        done, total = _count(m.group("done")), _count(m.group("total"))
+        done, total = count_value(m.group("done")), count_value(m.group("total"))
         key = p.marker or "progress"
         if p.per_model and self._model_index > 0:
             key = f"draft:{key}"

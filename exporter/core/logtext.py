@@ -1,0 +1,170 @@
+"""A log line's text: colour codes and redraws out, timestamps, sizes and loader figures read.
+
+No I/O, no classes of lines: what ``exporter.core.classify`` needs to read a line before it
+decides what the line means.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from typing import Final
+
+from exporter.base.model import LogClass, LogEvent
+from exporter.engines import vocabulary
+
+#: Longest text an event carries; a longer line is cut (engines print megabyte-long args).
+MAX_LINE_CHARS: Final = 8192
+#: Patterns look at the start of a line only: what they seek comes first, and a regex over
+#: a kilobytes-long argument dump costs tens of milliseconds.
+MATCH_CHARS: Final = 2048
+#: A yearless stamp this far past the read time belongs to the previous year.
+FUTURE_SLACK_SECONDS: Final = 2 * 86400
+
+# Raw ESC sequences, and the same rendered as text by CloudWatch (tgi-06-other "#033[2m").
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-B]|#033\[[0-9;]*[A-Za-z]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# tqdm's "[elapsed<remaining, rate]": what follows it was glued on by a later write.
+TQDM_STATS = re.compile(r"\[(?:\d+:)?\d+:\d+<(?:(?:\d+:)?\d+:\d+|\?)(?:,[^\]\[]*)?\]")
+
+
+def clean(text: str) -> str:
+    """Strip ANSI colour codes (raw and ``#033[`` text), control characters and the newline.
+
+    The result is what every pattern is matched against.
+    """
+    return _CONTROL.sub("", _ANSI.sub("", text.rstrip("\n")))
+
+
+def split_updates(line: str) -> list[str]:
+    r"""Split one physical line into the updates it holds.
+
+    tqdm redraws with ``\r`` (journald shows many updates on one line), and a later log
+    line is often glued straight after a bar's ``[elapsed<remaining]`` (sglang-04-ready).
+    """
+    pieces: list[str] = []
+    for segment in line.rstrip("\n").split("\r"):
+        while (m := TQDM_STATS.search(segment)) and segment[m.end() :].strip():
+            pieces.append(segment[: m.end()])
+            segment = segment[m.end() :]
+        pieces.append(segment)
+    return [p for p in pieces if p.strip()]
+
+
+# --- timestamps ----------------------------------------------------------------------------
+_TS_WINDOW: Final = 160
+# sglang "[2026-08-01 23:37:38]", TGI "2023-08-17T15:28:43.904106Z", TF/flashinfer, wget.
+_TS_ISO = re.compile(
+    r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+    r"(?:[.,](?P<f>\d{1,6})\d*)?(?P<tz>Z|[+-]\d\d:?\d\d)?"
+)
+# TensorRT-LLM "[12/20/2025-04:20:04]".
+_TS_TRT = re.compile(
+    r"(?<!\d)(?P<mo>\d\d)/(?P<d>\d\d)/(?P<y>\d{4})-(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+)
+# vLLM "INFO 05-12 02:45:10" (no year).
+_TS_VLLM = re.compile(
+    r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?P<mo>\d\d)-(?P<d>\d\d) "
+    r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+)
+# glog (Triton, TensorFlow) "I0420 12:34:56.123456" (no year).
+_TS_GLOG = re.compile(
+    r"(?:^|\s)[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<f>\d{6})\b"
+)
+_TS_FORMATS: Final = (_TS_ISO, _TS_TRT, _TS_VLLM, _TS_GLOG)
+
+
+def _tzinfo(tz: str | None) -> timezone | None:
+    if not tz:
+        return None
+    if tz == "Z":
+        return UTC
+    sign = -1 if tz[0] == "-" else 1
+    digits = tz[1:].replace(":", "")
+    return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+
+
+def parse_timestamp(
+    text: str, *, default_year: int, tz: tzinfo = UTC
+) -> tuple[float, int | None] | None:
+    """The earliest timestamp near the start of a cleaned line, as Unix seconds.
+
+    Timestamps without a zone are in ``tz``, the zone engines print them in (the host's, as
+    the shell passes it in). Formats without a year (vLLM, glog) take ``default_year``.
+
+    Returns:
+        (seconds, year printed in the line or None), or None when the line has no timestamp.
+    """
+    head = text[:_TS_WINDOW]
+    found = [m for m in (f.search(head) for f in _TS_FORMATS) if m]
+    for m in sorted(found, key=lambda m: m.start()):
+        g = m.groupdict()
+        year = int(g["y"]) if g.get("y") else None
+        try:
+            stamp = datetime(
+                year or default_year,
+                int(g["mo"]),
+                int(g["d"]),
+                int(g["h"]),
+                int(g["mi"]),
+                int(g["s"]),
+                int((g.get("f") or "0").ljust(6, "0")),
+                tzinfo=_tzinfo(g.get("tz")) or tz,
+            )
+        except ValueError:  # glog's "E0000 00:00:..." carries no date at all
+            continue
+        return stamp.timestamp(), year
+    return None
+
+
+def one_year_earlier(when: float, tz: tzinfo) -> float:
+    """The same wall time a year before (a yearless December stamp read in January)."""
+    stamp = datetime.fromtimestamp(when, tz)
+    try:
+        return stamp.replace(year=stamp.year - 1).timestamp()
+    except ValueError:  # 29 February
+        return (stamp - timedelta(days=365)).timestamp()
+
+
+def count_value(value: str) -> int:
+    """A progress bar's count: "12", "1.5K", "3M"."""
+    scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(value[-1:].upper(), 1.0)
+    number = value[:-1] if scale != 1.0 else value
+    return int(float(number) * scale)
+
+
+_LOADER_SCREEN: Final = re.compile(
+    "|".join(f"(?:{regex.pattern})" for regex, _ in vocabulary.LOADERS), re.IGNORECASE
+)
+_UNIT_POWERS: Final = {"K": 1, "M": 2, "G": 3, "T": 4}
+_SIZE: Final = re.compile(r"([\d.]+) ?([KMGT])(i?)", re.IGNORECASE)
+
+
+def with_loader(event: LogEvent) -> LogEvent:
+    """The event with the fast loader its line names, and the throughput it reports."""
+    if event.cls in (LogClass.FATAL, LogClass.ERROR) or not _LOADER_SCREEN.search(event.text):
+        return event
+    name = next(n for regex, n in vocabulary.LOADERS if regex.search(event.text))
+    return replace(event, loader=name, loader_bytes_per_second=_summary_rate(event.text))
+
+
+def _summary_rate(text: str) -> float | None:
+    """Bytes per second from "34.3 GiB ... 28.52s, 1.2 GiB/s" (the rate, else size/seconds)."""
+    m = vocabulary.LOADER_SUMMARY.search(text)
+    if m is None:
+        return None
+    if m.group("rate"):
+        return _size_bytes(m.group("rate"))
+    seconds = float(m.group("seconds"))
+    return _size_bytes(m.group("size")) / seconds if seconds > 0 else None
+
+
+def _size_bytes(size: str) -> float:
+    """Bytes in "34.3 GiB": binary with an i, decimal without, as the line wrote it."""
+    m = _SIZE.match(size)
+    if m is None:  # LOADER_SUMMARY's groups always have this shape
+        return 0.0
+    base = 1024.0 if m.group(3) else 1000.0
+    power: int = _UNIT_POWERS[m.group(2).upper()]
+    return float(m.group(1)) * base**power
