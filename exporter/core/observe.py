@@ -292,7 +292,7 @@ def read_log(
         classifier.reset()
     events: list[LogEvent] = []
     counts: dict[LogClass, int] = {}
-    news, pending, classified = False, None, 0
+    news, pending, classified, checked = False, None, 0, 0
     newest = len(lines) - budget // 2
     for i, line in enumerate(lines):
         text = line.text
@@ -303,7 +303,9 @@ def read_log(
 
         if cls is not None:
             counts[cls] = counts.get(cls, 0) + 1
-            if cls is not LogClass.BENIGN and not news:
+            if cls is not LogClass.BENIGN and not news and checked < NEWS_CHECKS:
+                # A flood of one line repeated: a few of its lines tell, the rest are alike.
+                checked += 1
                 before = _key(pending) if pending is not None else world.last_line_key
                 world.last_line_key, pending = _key(text), None
                 news = world.last_line_key != before
@@ -323,6 +325,9 @@ def read_log(
 
 
 _NUMBERS: Final = re.compile(r"\d+")
+#: Plain lines of a tick compared with the line before them, numbers aside, to tell news
+#: from a flood of one repeated line.
+NEWS_CHECKS: Final = 256
 
 
 def _key(text: str) -> str:
