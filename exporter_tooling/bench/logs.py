@@ -104,21 +104,28 @@ def writing(path: Path, line: str, per_second: int) -> Iterator[threading.Event]
         thread.join()
 
 
-def _one_target(ctx: BenchContext, count: int = 1) -> str:
+def _fresh_log(ctx: BenchContext, name: str) -> Path:
+    """An empty log file of its own: a run never starts behind another run's lines."""
+    log = ctx.next_dir(f"{name}-log") / "engine.log"
+    log.touch()
+    return log
+
+
+def _targets(ctx: BenchContext, log: Path, count: int = 1) -> str:
     tree = ctx.farm.targets[0]
     return "\n".join(
         f'[[target]]\nname = "t{i}"\nengine = "vllm"\nbase_url = "{ctx.health.url}"\n'
-        f'pidfile = "{tree.pidfile}"\nlog_file = "{tree.log_file}"\n'
+        f'pidfile = "{tree.pidfile}"\nlog_file = "{log}"\n'
         for i in range(count)
     )
 
 
 def _serving(ctx: BenchContext, rate: int) -> LogRateRun:
     """Exporter CPU and the largest backlog while one serving target logs ``rate`` lines/s."""
-    seconds = ctx.sizes.log_seconds
-    with exporter(ctx, f"logs-{rate}", _one_target(ctx), interval=ctx.sizes.interval) as exp:
+    seconds, log = ctx.sizes.log_seconds, _fresh_log(ctx, f"logs-{rate}")
+    with exporter(ctx, f"logs-{rate}", _targets(ctx, log), interval=ctx.sizes.interval) as exp:
         _ready(exp, 1)
-        with writing(ctx.farm.targets[0].log_file, ACCESS, rate):
+        with writing(log, ACCESS, rate):
             time.sleep(2 * ctx.sizes.interval)
             cpu0, t0, backlog = exp.cpu_seconds(), time.monotonic(), 0.0
             while time.monotonic() - t0 < seconds:
@@ -146,8 +153,8 @@ def _sample(exp: Server, prefix: str) -> float:
 
 def _fatal_after_flood(ctx: BenchContext) -> float:
     """Ticks from a fatal line, written after ``flood_seconds`` at the top rate, to its count."""
-    rate, log = max(ctx.sizes.log_rates), ctx.farm.targets[0].log_file
-    with exporter(ctx, "logs-fatal", _one_target(ctx), interval=ctx.sizes.interval) as exp:
+    rate, log = max(ctx.sizes.log_rates), _fresh_log(ctx, "logs-fatal")
+    with exporter(ctx, "logs-fatal", _targets(ctx, log), interval=ctx.sizes.interval) as exp:
         _ready(exp, 1)
         with writing(log, ACCESS, rate):
             time.sleep(ctx.sizes.flood_seconds)
@@ -167,9 +174,12 @@ def _shared_log(ctx: BenchContext) -> float:
     """Exporter CPU while ``shared_log_targets`` targets watch one engine and its one log."""
     count, seconds = ctx.sizes.shared_log_targets, ctx.sizes.log_seconds
     probes_per_second = max(1, round(count / ctx.sizes.interval))
-    with exporter(ctx, "logs-shared", _one_target(ctx, count), interval=ctx.sizes.interval) as exp:
+    log = _fresh_log(ctx, "logs-shared")
+    with exporter(
+        ctx, "logs-shared", _targets(ctx, log, count), interval=ctx.sizes.interval
+    ) as exp:
         _ready(exp, count)
-        with writing(ctx.farm.targets[0].log_file, PROBE, probes_per_second):
+        with writing(log, PROBE, probes_per_second):
             time.sleep(2 * ctx.sizes.interval)
             cpu0, t0 = exp.cpu_seconds(), time.monotonic()
             time.sleep(seconds)
