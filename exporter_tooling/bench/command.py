@@ -36,7 +36,9 @@ EPILOG: Final = """exit codes:
 sections: scrape (latency sequential and under concurrent scrapers, CPU per scrape, RSS over
 the sequential scrapes, node_exporter the same way), sampling (CPU of the exporter and its
 NVML child per tick, for the cost curve over targets), ready (simulator ready -> exporter
-ready), stall (hang -> stall flag).
+ready), stall (hang -> stall flag), logs (the classifier on serving access lines and on the
+shared corpus; one target logging 2,000 and 20,000 lines/s; a fatal line after a flood; 8
+targets sharing one log).
 """
 
 
