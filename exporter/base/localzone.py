@@ -12,3 +12,9 @@ def local_zone() -> tzinfo:
     side of it, as the engine's own stamps do.
     """
     return datetime.now().astimezone().tzinfo or UTC
+
+
+def local_utc_offset_seconds() -> float:
+    """``local_zone``'s offset from UTC, in seconds east."""
+    offset = datetime.now().astimezone().utcoffset()
+    return offset.total_seconds() if offset is not None else 0.0

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from exporter.base.controls import escape_controls
-from exporter.base.localzone import local_zone
+from exporter.base.localzone import local_utc_offset_seconds, local_zone
 from exporter.base.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.core.classify import LogClassifier, Screen, clean, screen_of
 from exporter.core.lifecycle import Thresholds, initial_state, step
@@ -200,7 +200,7 @@ def replay(
         pid=1, create_time=start, pids=(1,), rss_bytes=0, cpu_seconds=0.0, read_bytes=None
     )
     state, now = initial_state(_TARGET), start
-    thresholds = Thresholds(tz=local_zone())
+    thresholds = Thresholds(utc_offset_seconds=local_utc_offset_seconds())
     phases: list[PhaseChange] = []
     held: list[LogEvent] = []
     for i, ln in enumerate(classified):

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from exporter import __version__
 from exporter.base.errors import ConfigErrors
-from exporter.base.localzone import local_zone
+from exporter.base.localzone import local_utc_offset_seconds, local_zone
 from exporter.base.model import (
     STARTUP_PHASES,
     STEADY_PHASES,
@@ -147,7 +147,7 @@ class Daemon:
                 stall_seconds=stall,
                 expected_peak_gpu_bytes=exp.peak_gpu_bytes,
                 expected_phase_seconds=exp.phase_seconds,
-                tz=local_zone(),
+                utc_offset_seconds=local_utc_offset_seconds(),
             ),
             gpus=target.gpus,
             typical_start_seconds=exp.typical_duration_seconds,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from datetime import UTC, tzinfo
 from typing import Any, Final, TypeVar
 
 from exporter.base.model import (
@@ -146,7 +145,8 @@ class Thresholds:
         weights_bytes: size of the model's weights, for read-based progress.
         expected_peak_gpu_bytes: GPU memory at the end of the last good start.
         expected_phase_seconds: typical duration of each startup phase (history), for ETA.
-        tz: the host's zone, for the time of a failure's line where it has no number.
+        utc_offset_seconds: the host's zone, for the time of a failure's line where it has no
+            number (seconds east of UTC: a number, so traces record it).
     """
 
     stall_seconds: Mapping[Phase, float] = field(default_factory=lambda: DEFAULT_STALL_SECONDS)
@@ -154,7 +154,7 @@ class Thresholds:
     weights_bytes: int | None = None
     expected_peak_gpu_bytes: int | None = None
     expected_phase_seconds: Mapping[Phase, float] = field(default_factory=dict)
-    tz: tzinfo = UTC
+    utc_offset_seconds: float = 0.0
 
     def stall_for(self, phase: Phase) -> float:
         """The stall threshold of a startup phase."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta, timezone
 
 from exporter.base.model import STARTUP_PHASES, FailureReason, Observation, Phase
 from exporter.core.classify import reason_detail
@@ -95,7 +96,8 @@ def _failure_detail(
     if failure is FailureReason.GPU_ERROR and obs.gpu_errors:
         return "; ".join(obs.gpu_errors)
     if failure is ev.fatal and ev.fatal_event is not None:
-        return reason_detail(ev.fatal_event, th.tz)
+        zone = timezone(timedelta(seconds=th.utc_offset_seconds))
+        return reason_detail(ev.fatal_event, zone)
     model = failed_model(obs)
     if model is not None:
         return f"model {model.name} (version {model.version or '-'}): {model.reason}"
