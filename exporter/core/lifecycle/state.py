@@ -283,6 +283,9 @@ class TargetState:
     last_cold_start: ColdStart | None = None
     finished_start: ColdStart | None = None
     updated_at: float | None = None
+    #: This exporter's first tick of the target: a process started since then started while
+    #: it watched, so its cold start counts even if no tick saw it starting.
+    first_tick_at: float | None = None
     #: While sleeping: when the weights started coming back (GPU memory climbing).
     wake_began_at: float | None = None
     last_wake: Wake | None = None
@@ -351,6 +354,7 @@ TIMESTAMP_FIELDS: Final = frozenset(
         "at",
         "create_time",
         "ended_at",
+        "first_tick_at",
         "gpu_changed_at",
         "last_progress_at",
         "phase_since",

@@ -83,6 +83,7 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
         stalled=stalled,
         stall_reason=stall_reason,
         updated_at=now,
+        first_tick_at=prev.first_tick_at if prev.first_tick_at is not None else now,
         baseline=next_baseline(state.baseline, obs, ev, now),
     )
     state = evolve(state, progress_ratio=next_progress_ratio(state, obs, th))

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from exporter.base.model import (
+    SAME_START_SECONDS,
     STARTUP_PHASES,
     FailureReason,
     LogClass,
@@ -99,12 +100,13 @@ def begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSta
         elif prev.phase in UP_PHASES:
             state = record_death(state, now, "process replaced")
     p = obs.process
+    fresh = started_while_watched(prev, p.create_time)
     return replace(
         state,
         pid=p.pid,
         create_time=p.create_time,
-        observed_startup=False,
-        started_at=None,
+        observed_startup=fresh,
+        started_at=p.create_time if fresh else None,
         ready_at=None,
         progress_ratio=None,
         shard_progress=(),
@@ -159,6 +161,18 @@ def record_death(state: TargetState, now: float, how: str) -> TargetState:
     )
 
 
+def started_while_watched(prev: TargetState, create_time: float) -> bool:
+    """The process began after this exporter's first tick: its whole start was watched.
+
+    Such a start counts even when it is over before any tick sees it starting (a restart
+    ready within a tick goes ``down`` -> ``ready`` at once), timed from ``create_time``.
+    Start times read from /proc run up to a second early (the boot time behind them is whole
+    seconds, ``SAME_START_SECONDS``): a restart right after the first tick still counts.
+    """
+    first = prev.first_tick_at
+    return first is not None and create_time >= first - SAME_START_SECONDS
+
+
 def record(state: TargetState, now: float, to: Phase, reason: str) -> TargetState:
     """Enter a phase: account the time spent in the old one, remember the transition."""
     since = state.phase_since if state.phase_since is not None else now
@@ -191,6 +205,15 @@ def track_load(state: TargetState, obs: Observation) -> TargetState:
     return evolve(state, peak_gpu_bytes=peak, load_read_base=base, load_read_bytes=loaded)
 
 
+def _unseen_start(state: TargetState, to: Phase, now: float) -> float | None:
+    """Seconds of a start no tick saw, when a fresh process goes straight to ready."""
+    if to not in (Phase.READY, Phase.SERVING) or state.phase not in (Phase.DOWN, Phase.FAILED):
+        return None
+    if not state.observed_startup or state.started_at is None or state.ready_at is not None:
+        return None
+    return max(0.0, now - state.started_at)
+
+
 def notable(prev: tuple[LogEvent, ...], events: tuple[LogEvent, ...]) -> tuple[LogEvent, ...]:
     """The last error and fatal lines; a fatal line outlives the traceback frames after it."""
     keep = [e for e in events if e.cls in (LogClass.ERROR, LogClass.FATAL)]
@@ -209,7 +232,13 @@ def enter(
     """Apply a transition and what it implies: start seen, cold start finished, failure."""
     was_startup = state.phase in STARTUP_PHASES
     first_startup = phase in STARTUP_PHASES and state.phase in (Phase.DOWN, Phase.FAILED)
+    unseen = _unseen_start(state, phase, now)
     state = record(state, now, phase, reason)
+    if unseen is not None:
+        # Started and ready between two ticks: its time is the start phase's, in the timeline.
+        state = replace(
+            state, phase_seconds=add_seconds(state.phase_seconds, Phase.STARTING, unseen)
+        )
     if first_startup:
         # The cold start began when the process did, not when we first saw it.
         since = min(now, state.create_time) if state.create_time is not None else now
