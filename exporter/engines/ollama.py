@@ -47,6 +47,11 @@ LOG_PROFILE: Final = LogProfile(
         benign(r"^\[GIN\] "),
     ),
     detect=(
-        re.compile(r"\bollama\b|OLLAMA_|source=\w+\.go:\d+|\[GIN\] |llama runner started", re.I),
+        # llamacpp-05-crash: a model path under "ollama_models/" is no Ollama; its settings
+        # are upper case (OLLAMA_HOST)
+        re.compile(
+            r"\bollama\b|(?-i:OLLAMA_[A-Z]+)|source=\w+\.go:\d+|\[GIN\] |llama runner started",
+            re.I,
+        ),
     ),
 )

@@ -62,6 +62,9 @@ LOG_PROFILE: Final = LogProfile(
         benign(r"run with `RUST_BACKTRACE=1`"),
     ),
     detect=(
-        re.compile(r"text_generation_(?:launcher|router|server)|shard-manager|text-generation-"),
+        # tgi-08-oom: the router's gRPC client crate names itself on warm-up errors
+        re.compile(
+            r"text_generation_(?:launcher|router|server|client)|shard-manager|text-generation-"
+        ),
     ),
 )
