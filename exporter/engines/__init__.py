@@ -56,12 +56,14 @@ class Engine:
 
 def _builtin() -> dict[str, Engine]:
     from exporter.engines import (
+        koboldcpp,
         llamacpp,
         lmdeploy,
         mindie,
         ollama,
         openai,
         sglang,
+        tei,
         tgi,
         triton,
         trtllm,
@@ -132,6 +134,21 @@ def _builtin() -> dict[str, Engine]:
             "MindIE (Ascend)",
             log=mindie.LOG_PROFILE,
             process_words=r"mindieservice_daemon|mindie",
+        ),
+        Engine(
+            "tei",
+            "Text Embeddings Inference",
+            log=tei.LOG_PROFILE,
+            process_words=r"text-embeddings-router",
+        ),
+        Engine(
+            "koboldcpp",
+            "KoboldCpp",
+            health_path="/api/v1/model",
+            listens_while_loading=False,
+            log=koboldcpp.LOG_PROFILE,
+            process_words=r"koboldcpp",
+            embeds=("llamacpp",),
         ),
         Engine("openai", "generic OpenAI-compatible server", log=openai.LOG_PROFILE),
     ]

@@ -11,7 +11,19 @@ from __future__ import annotations
 from typing import Final
 
 from exporter.base.model import Phase
-from exporter.engines import llamacpp, lmdeploy, mindie, ollama, sglang, tgi, triton, trtllm, vllm
+from exporter.engines import (
+    koboldcpp,
+    llamacpp,
+    lmdeploy,
+    mindie,
+    ollama,
+    sglang,
+    tei,
+    tgi,
+    triton,
+    trtllm,
+    vllm,
+)
 from exporter.engines.profile import LogPattern, LogProfile, benign
 
 _PROFILES: Final = (
@@ -24,6 +36,8 @@ _PROFILES: Final = (
     ollama.LOG_PROFILE,
     lmdeploy.LOG_PROFILE,
     mindie.LOG_PROFILE,
+    tei.LOG_PROFILE,
+    koboldcpp.LOG_PROFILE,
 )
 
 
