@@ -207,9 +207,11 @@ def track_load(state: TargetState, obs: Observation) -> TargetState:
 
 def _unseen_start(state: TargetState, to: Phase, now: float) -> float | None:
     """Seconds of a start no tick saw, when a fresh process goes straight to ready."""
-    if to not in (Phase.READY, Phase.SERVING) or state.phase not in (Phase.DOWN, Phase.FAILED):
+    if to not in (Phase.READY, Phase.SERVING) or state.phase in STARTUP_PHASES:
         return None
     if not state.observed_startup or state.started_at is None or state.ready_at is not None:
+        return None
+    if state.phase_seconds:  # some of it was seen: that part is already accounted
         return None
     return max(0.0, now - state.started_at)
 
