@@ -165,11 +165,6 @@ def test_the_ground_floor_imports_nothing_above_it():
     assert floor and not bad, f"the floor imports {sorted(bad)}"
 
 
-#: The one source still borrowing from the core: the log source's flood screen lives in
-#: core/classify until it moves to the floor. Nothing may join this set.
-SOURCES_ON_THE_CORE_STILL = {("exporter.sources.logs", "exporter.core.classify")}
-
-
 def test_sources_import_from_the_core_nothing():
     # Sources stand on the floor (exporter.base), config and their one I/O library; the
     # core interprets their readings (Xid labels, flood screens), never the other way.
@@ -178,8 +173,7 @@ def test_sources_import_from_the_core_nothing():
         (m, i)
         for m in sources
         for i in imports_of(MODULES[m])
-        if (i == "exporter.core" or i.startswith("exporter.core."))
-        and (m, i) not in SOURCES_ON_THE_CORE_STILL
+        if i == "exporter.core" or i.startswith("exporter.core.")
     }
     assert sources and not bad, f"sources import the core: {sorted(bad)}"
 
