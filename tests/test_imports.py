@@ -113,7 +113,7 @@ def test_pure_modules_import_only_what_they_may(module, allowed):
     ("library", "owners"),
     [
         ("pynvml", {"exporter.sources.gpu.source", "exporter.sources.gpu.nvidia.worker"}),
-        ("systemd", {"exporter.sources.logs"}),
+        ("systemd", {"exporter.sources.journal"}),
         # config only parses base URLs with httpx.URL (no I/O), exactly as the probes will
         (
             "httpx",

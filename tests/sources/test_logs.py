@@ -27,12 +27,8 @@ from exporter.core.classify import MAX_LINE_CHARS, LogClassifier
 from exporter.core.lifecycle import initial_state
 from exporter.core.observe import TargetWorld, classify_lines, read_log
 from exporter.engines import ENGINES
-from exporter.sources.logs import (
-    FileLogSource,
-    JournalctlLogSource,
-    JournalLogSource,
-    make_log_source,
-)
+from exporter.sources.journal import JournalctlLogSource, JournalLogSource
+from exporter.sources.logs import FileLogSource, make_log_source
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
@@ -281,7 +277,8 @@ def test_a_real_writer_process_is_followed_live(tmp_path, closing):
 CHILD = r"""
 import os, pwd, sys
 from exporter.base.errors import SourceAbsent, SourceError
-from exporter.sources.logs import FileLogSource, JournalLogSource
+from exporter.sources.journal import JournalLogSource
+from exporter.sources.logs import FileLogSource
 import systemd.journal  # imported on first use by the source: here before dropping root
 kind, path, drop = sys.argv[1], sys.argv[2], sys.argv[3] == "drop"
 if drop:  # the interpreter lives under /root: import as root first, then become nobody
