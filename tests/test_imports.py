@@ -63,16 +63,21 @@ STDLIB = set(sys.stdlib_module_names)
             for m in MODULES
             if m == "exporter.core.lifecycle" or m.startswith("exporter.core.lifecycle.")
         ),
-        (
-            "exporter.render.metrics",
-            {
-                "exporter.base",
-                "exporter.core.lifecycle",
-                "exporter.core.snapshot",
-                "exporter.core.gpuhealth",
-                "exporter.render.bounds",
-                "prometheus_client",
-            },
+        *(
+            (
+                m,
+                {
+                    "exporter.base",
+                    "exporter.core.lifecycle",
+                    "exporter.core.snapshot",
+                    "exporter.core.gpuhealth",
+                    "exporter.render.bounds",
+                    "exporter.render.metrics",
+                    "prometheus_client",
+                },
+            )
+            for m in MODULES
+            if m == "exporter.render.metrics" or m.startswith("exporter.render.metrics.")
         ),
         ("exporter.base", set()),
         # The probes' HTTP client is a leaf: URLs, sockets and deadlines, nothing of engines.
