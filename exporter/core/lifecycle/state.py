@@ -353,6 +353,7 @@ TIMESTAMP_FIELDS: Final = frozenset(
     {
         "at",
         "create_time",
+        "died_at",
         "ended_at",
         "first_tick_at",
         "gpu_changed_at",
