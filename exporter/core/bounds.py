@@ -236,6 +236,10 @@ def track(
     if current.finished:
         return bounds  # at rest: the very same value, so nothing downstream is judged again
     if state.phase not in STARTUP_PHASES:
+        if last is not None:  # the last stretch ran in the phase the start was still in
+            current = _accumulated(
+                current, last, replace(reading, phase=last.phase), obs, gpu_ratio, th
+            )
         return replace(bounds, current=replace(current, finished=True), last=reading)
     if last is None:
         return replace(bounds, last=reading)
