@@ -266,7 +266,8 @@ def _accumulated(
         phases = (*phases, PhaseFigures(now.phase))
     f = phases[-1]
     dt = max(0.0, now.at - last.at)
-    peers = [e.text for e in obs.log_events if not e.repeat and _waits_on_peers(e.text)]
+    # a repeated wait line is still a wait: repeats count here, unlike as progress
+    peers = [e.text for e in obs.log_events if _waits_on_peers(e.text)]
     read = _grown(last.read_bytes, now.read_bytes)
     cpu = max(0.0, now.cpu_seconds - last.cpu_seconds)
     downloaded = max(0, now.download_bytes - last.download_bytes)
