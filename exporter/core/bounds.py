@@ -9,13 +9,13 @@ docs/architecture.md). No I/O, no clock: the observation's time is the only time
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Final
 
 from exporter.base.model import STARTUP_PHASES, Observation, Phase
 from exporter.core.lifecycle import TargetState
+from exporter.engines.vocabulary import PEER_WAIT
 
 
 class Bound(enum.StrEnum):
@@ -75,14 +75,6 @@ class BoundThresholds:
     idle_seconds: float = 10.0
 
 
-#: Lines that say a rank or node waits on others (rendezvous, collective or store init);
-#: the last one is seen in shared fixtures (vllm-29-hang: "[Gloo] Rank 8 is NOT connected").
-PEER_WAIT: Final = re.compile(
-    r"rendezvous|store[- ]based barrier|while trying to connect to"
-    r"|waiting for (?:all |other |the )?(?:\d+ )?(?:ranks?|peers?|nodes?)\b"
-    r"|waiting for creating a placement group|is NOT connected to|NCCL INFO Bootstrap",
-    re.IGNORECASE,
-)
 #: A word of every ``PEER_WAIT`` alternative, lower case: lines without one are not searched.
 _PEER_WORDS: Final = ("rendezvous", "barrier", "connect", "waiting for", "bootstrap")
 #: Earlier finished starts kept for comparisons ("the previous start took 40 s here").

@@ -203,8 +203,8 @@ _INFO_LEVEL: Final = 20
 
 #: What sends a line past the screen besides the patterns: a level of warning or worse in
 #: any of ``_LEVEL``'s shapes (a superset: "err" in "stderr" only costs a check), exception
-#: and warning lines, a traceback or a bare frame of one, a loader, control characters
-#: ``clean`` would strip.
+#: and warning lines, a traceback or a bare frame of one, a loader, a wait on peers, control
+#: characters ``clean`` would strip.
 _SCREEN_EXTRAS: Final = (
     r"warn|err|crit|fatal|panic|exception|traceback",
     r"(?:^|\s)[WEF]\d{4} \d\d:\d\d:\d\d",
@@ -213,6 +213,7 @@ _SCREEN_EXTRAS: Final = (
     r"[\x00-\x08\x0b-\x1f\x7f]",
     r'File "[^"]+", line \d+',  # a bare frame opens a traceback (an excerpt cut inside one)
     *(regex.pattern for regex, _ in vocabulary.LOADERS),
+    vocabulary.PEER_WAIT.pattern,  # the peers bound's evidence: kept as an event
 )
 
 

@@ -289,6 +289,17 @@ MARKERS: Final[tuple[LogPattern, ...]] = (
     ),
 )
 
+#: Lines that say a rank or node waits on others (rendezvous, collective or store init): not
+#: fatal, not progress, but what a start waiting on its peers prints (vllm-29-hang: "[Gloo]
+#: Rank 8 is NOT connected"; torch.distributed's "Waiting in store based barrier"). The core
+#: counts them as the ``peers`` bound's evidence, so they pass the log screen as events.
+PEER_WAIT: Final = re.compile(
+    r"rendezvous|store[- ]based barrier|while trying to connect to"
+    r"|waiting for (?:all |other |the )?(?:\d+ )?(?:ranks?|peers?|nodes?)\b"
+    r"|waiting for creating a placement group|is NOT connected to|NCCL INFO Bootstrap",
+    re.IGNORECASE,
+)
+
 #: Fast weight loaders (ENGINES.md section 8): which one a line names, as a bounded name.
 #: Family-worded: the loader's name in its spellings, whatever the engine wraps it in.
 LOADERS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (

@@ -36,17 +36,7 @@ FINISHED = [
     ("warm-cache", {"weights_mb": 48, "read_mbps": 24.0}, "loading", "page_cache", "warm start"),
     ("compile", {}, "initializing", "cpu", "cores busy, no reads"),
     ("gpu-warmup", {}, "initializing", "gpu", "gpu-bound (graph capture, warm-up)"),
-    pytest.param(
-        "rendezvous",
-        {},
-        "starting",
-        "peers",
-        "store based barrier",
-        # passed (3 runs) before the tick rewrite: observe now keeps events only for lines a
-        # pattern matched and tallies plain ones, so a plain barrier line never reaches the
-        # bounds; the fix is a peer-wait pattern in the engines' shared vocabulary
-        marks=pytest.mark.xfail(reason="plain lines are tallied, not events", strict=False),
-    ),
+    ("rendezvous", {}, "starting", "peers", "store based barrier"),
     ("download", {"weights_mb": 16, "read_mbps": 8.0}, "downloading", "network", "downloaded"),
 ]
 
