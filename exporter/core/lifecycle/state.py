@@ -347,6 +347,7 @@ TIMESTAMP_FIELDS: Final = frozenset(
     {
         "at",
         "create_time",
+        "died_at",
         "ended_at",
         "gpu_changed_at",
         "last_progress_at",
