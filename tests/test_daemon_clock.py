@@ -141,9 +141,11 @@ def test_a_wall_clock_step_mid_start_moves_timestamps_but_no_duration(tmp_path, 
     target = Target(
         "engine", "openai", f"http://127.0.0.1:{closed_port()}", "/health", 0.1, cmdline=marker
     )
+    # The clocks here are fake, but a tick's sampling deadline is the real interval: a loaded
+    # box once took over 1 s for the first /proc walk, and the target read "not observed yet".
     daemon = Daemon(
         Settings(
-            interval_seconds=1.0, state_directory=str(tmp_path), nvml=False, targets=(target,)
+            interval_seconds=30.0, state_directory=str(tmp_path), nvml=False, targets=(target,)
         ),
         clock=AnchoredClock(lambda: c.wall, lambda: c.mono),
         history=History.open(None),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -498,6 +499,9 @@ def test_real_gpu_check_script_passes_on_the_simulated_library():
 
     result = subprocess.run(
         [str(script), "--simulate", "--gpus", "2", "--samples", "5"],
+        # The script's own default is the checkout's .venv; a worktree or another venv has
+        # none, and the system python3 lacks the bindings (binding_missing).
+        env={**os.environ, "PYTHON": sys.executable},
         capture_output=True,
         text=True,
         timeout=60,
