@@ -104,7 +104,8 @@ class ProcessSample:
         read_bytes: summed ``/proc/PID/io`` read_bytes (block-layer reads, which see mmap
             faults); None when it could not be read (see ``read_bytes_error``).
         read_bytes_error: bounded reason the read bytes are missing, e.g. "permission_denied".
-        zombie: the main process has exited but was not reaped yet.
+        zombie: the main process has exited: not reaped yet, or (a sample of its pid and
+            start time only) started since the last sample and ended before it.
         write_bytes: summed ``/proc/PID/io`` write_bytes (what the tree had written to
             storage: a model download lands here); None when it could not be read.
         download_files: files the tree holds open that are downloads in progress (Hugging

@@ -113,6 +113,8 @@ def next_phase(
     if not alive and obs.process_error is None:
         if in_startup and prev.pid is not None:
             return Phase.FAILED, "process exited before ready", FailureReason.EXITED
+        if obs.process is not None and unsampled_start(prev):
+            return Phase.FAILED, "process exited before its first sample", FailureReason.EXITED
         if prev.phase is Phase.FAILED:
             return Phase.FAILED, prev.reason, prev.failure_reason
         if was_up:
@@ -131,6 +133,21 @@ def next_phase(
         return prev.phase, prev.reason, prev.failure_reason
     phase, reason = _startup_phase(prev, obs, ev, now, th)
     return phase, reason, None
+
+
+def unsampled_start(state: TargetState) -> bool:
+    """A process started while watched whose start no tick saw begin, nor end.
+
+    Such a process found already gone (a zombie, or a pid its pidfile named after the last
+    sample) ended its start before any tick sampled it alive: a failed start, not a down.
+    """
+    return (
+        state.observed_startup
+        and state.started_at is not None
+        and state.ready_at is None
+        and state.phase not in STARTUP_PHASES
+        and state.phase is not Phase.FAILED
+    )
 
 
 def failed_model(obs: Observation) -> ModelState | None:

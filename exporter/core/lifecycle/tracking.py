@@ -206,8 +206,11 @@ def track_load(state: TargetState, obs: Observation) -> TargetState:
 
 
 def _unseen_start(state: TargetState, to: Phase, now: float) -> float | None:
-    """Seconds of a start no tick saw, when a fresh process goes straight to ready."""
-    if to not in (Phase.READY, Phase.SERVING) or state.phase in STARTUP_PHASES:
+    """Seconds of a start no tick saw, when a fresh process goes straight to its end.
+
+    The end is ready, or failed when the process was gone at its first sample.
+    """
+    if to not in (Phase.READY, Phase.SERVING, Phase.FAILED) or state.phase in STARTUP_PHASES:
         return None
     if not state.observed_startup or state.started_at is None or state.ready_at is not None:
         return None
@@ -260,7 +263,8 @@ def enter(
         )
     elif phase is Phase.FAILED:
         reason_ = failure or FailureReason.EXITED
-        finished = _finish_start(state, now, StartOutcome.FAILED, reason_) if was_startup else None
+        closes = was_startup or unseen is not None
+        finished = _finish_start(state, now, StartOutcome.FAILED, reason_) if closes else None
         counters = replace(
             state.counters, start_failures=bump(state.counters.start_failures, reason_)
         )

@@ -8,6 +8,7 @@ tree in ``tree`` and reading /proc in ``procfs``.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from typing import Final
 
@@ -15,7 +16,7 @@ from exporter.base.model import ProcessSample
 from exporter.config import Target
 from exporter.sources import TargetSeen
 from exporter.sources.process.downloads import DownloadWatch
-from exporter.sources.process.finding import make_finder
+from exporter.sources.process.finding import Gone, gone_of, make_finder
 from exporter.sources.process.procfs import ProcessError, Reading
 from exporter.sources.process.tree import Tree
 
@@ -64,11 +65,17 @@ class ProcessSource:
         self._tree: Tree | None = None
         self._io_error: str | None = None
         self._downloads = DownloadWatch()
+        self._sampled_at: float | None = None
+        self._told: Gone | None = None
 
     def sample(
         self, deadline: float | None = None, seen: TargetSeen | None = None
     ) -> ProcessSample | None:
         """The tree now, or None when no process is found (a valid observation).
+
+        A process that started since the last sample but had ended when it was looked for
+        (its pidfile names a pid already gone, or it ended before it could be read) is a
+        sample with ``zombie`` set: its start is over, the core fails it.
 
         Its reads of /proc do not block, so ``deadline`` needs no checks. ``seen`` says
         whether the server is at rest (quiet members are then read less often).
@@ -79,15 +86,16 @@ class ProcessSource:
         """
         self._ticks += 1
         full = self._ticks % self._rescan_every == 0
+        last, self._sampled_at = self._sampled_at, time.time()
         main = self._finder.find(self._tree.main if self._tree else None, full)
         if main is None:
             self._forget()
-            return None
+            return self._ended_unsampled(self._finder.gone(), last)
         if self._tree is None or self._tree.main != main:
             self._forget()
             self._tree = Tree.adopt(main)
             if self._tree is None:
-                return None
+                return self._ended_unsampled(gone_of(main), last)
             full = True
             log.info("process found target=%s pid=%d", self.target.name, main.pid)
         self._tree.refresh(self._finder.members(), full=full)
@@ -95,11 +103,33 @@ class ProcessSource:
         readings = self._tree.read(full=full, steady_every=quiet_every)
         if main.pid not in readings:
             self._forget()  # the main process ended while being read
-            return None
+            return self._ended_unsampled(gone_of(main), last)
         sample = _summarise(self._tree, readings)
         self._note_io(sample.read_bytes_error)
         downloads = self._downloads.count(sample.pids, sample.write_bytes)
         return replace(sample, download_files=downloads) if downloads else sample
+
+    def _ended_unsampled(self, gone: Gone | None, last: float | None) -> ProcessSample | None:
+        """A process started since the last sample and ended before it: a dead sample.
+
+        Only a start after the last sample counts (a pidfile left naming a pid that ended
+        long ago is absence).
+        """
+        if gone is None or last is None or gone.started_by < last - gone.slack_seconds:
+            return None
+        if gone == self._told:
+            return None  # within the slack of the sample that told of it already
+        self._told = gone
+        log.info("process ended unsampled target=%s pid=%d", self.target.name, gone.pid)
+        return ProcessSample(
+            pid=gone.pid,
+            create_time=gone.started_by,
+            pids=(gone.pid,),
+            rss_bytes=0,
+            cpu_seconds=0.0,
+            read_bytes=None,
+            zombie=True,
+        )
 
     def close(self) -> None:
         """Close the descriptors kept on the tree's /proc files."""

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 import psutil
 
 from exporter.base.errors import SourceError
 from exporter.base.files import FileIdentity, file_identity
+from exporter.base.model import SAME_START_SECONDS
 from exporter.config import Target, UserRegex
 from exporter.sources.process.cgroups import container_id_of, pod_uid_of
 from exporter.sources.process.procfs import PROC, ProcessError, proc_hides_pids
@@ -36,6 +37,16 @@ _TCP_TABLES: Final = ("/proc/net/tcp", "/proc/net/tcp6")
 _TCP_LISTEN: Final = "0A"
 
 
+class Gone(NamedTuple):
+    """A process named as the target's that had ended when it was looked for."""
+
+    pid: int
+    #: When it started, at the latest (epoch seconds): the pidfile's write time, or /proc's.
+    started_by: float
+    #: How early ``started_by`` may read (/proc's start times: up to a second).
+    slack_seconds: float = 0.0
+
+
 class Finder(Protocol):
     """Finds a target's main process; one implementation per target key."""
 
@@ -47,12 +58,20 @@ class Finder(Protocol):
         """Every pid of the target when the finder knows them (a cgroup), else None."""
         ...
 
+    def gone(self) -> Gone | None:
+        """The process the last ``find`` was told of but found ended (a pidfile's), if any."""
+        ...
+
 
 class _Walked:
     """A finder that knows the main process only: its tree is walked from it."""
 
     def members(self) -> list[int] | None:
         """Unknown: the tree is walked from the main process."""
+        return None
+
+    def gone(self) -> Gone | None:
+        """None: only a pidfile names a process that may be gone already."""
         return None
 
 
@@ -121,6 +140,10 @@ class _CgroupFinder:
                 _raise_if_hidden(pid)
             return None
         return _oldest_root(procs)
+
+    def gone(self) -> Gone | None:
+        """None: a cgroup's ended members are gone from it."""
+        return None
 
     def members(self) -> list[int] | None:
         """Every process of the cgroup and its subgroups, read by the last ``find``."""
@@ -259,6 +282,7 @@ class _PidfileFinder(_Walked):
         #: The pidfile as it was when it named the tracked process.
         self._read_as: FileIdentity | None = None
         self._named: int | None = None
+        self._gone: Gone | None = None
 
     def find(self, tracked: psutil.Process | None, full: bool) -> psutil.Process | None:
         """The process the pidfile names; a missing file or dead pid is absence.
@@ -267,13 +291,20 @@ class _PidfileFinder(_Walked):
         size, mtime), the file is not read again but on full ticks: a stat, not an open.
         """
         before = file_identity(self._path)  # before any read: a rewrite after it reads anew
+        self._gone = None
         kept = self._read_as is not None and before == self._read_as
         if kept and tracked is not None and not full and _alive(tracked):
             return tracked
         found = self._read(tracked)
         named = found is not None and found.pid == self._named
         self._read_as = before if named else None
+        if found is None and self._named is not None and before is not None:
+            self._gone = Gone(self._named, before.mtime_ns / 1e9)
         return found
+
+    def gone(self) -> Gone | None:
+        """The pid the file named at the last ``find`` when no such process was left."""
+        return self._gone
 
     def _read(self, tracked: psutil.Process | None) -> psutil.Process | None:
         try:
@@ -444,6 +475,15 @@ def _holds_socket(pid: int, links: set[str]) -> bool:
         except (FileNotFoundError, ProcessLookupError):
             continue  # fd closed meanwhile
     return False
+
+
+def gone_of(main: psutil.Process) -> Gone | None:
+    """A found process that ended before it could be read, with its start time."""
+    try:
+        # psutil keeps the start time from when it found the process; /proc's run early.
+        return Gone(main.pid, main.create_time(), slack_seconds=SAME_START_SECONDS)
+    except psutil.Error:
+        return None
 
 
 def _process(pid: int) -> psutil.Process | None:

@@ -1,0 +1,50 @@
+"""A new process gone at its first sample (issue 33): a failed start, timed, not a plain down."""
+
+from __future__ import annotations
+
+from exporter.base.model import FailureReason, Phase
+from tests.core.test_lifecycle import OK, T0, proc, run_trace
+
+
+def _gone(pid, start):
+    return proc(pid=pid, start=start, zombie=True)
+
+
+def test_a_restart_gone_before_any_tick_saw_it_alive_fails_with_its_duration():
+    states = run_trace(
+        [
+            (0, dict(process=proc(pid=100, start=T0 - 3600), health=OK)),
+            (1, dict(process=None, health=None)),  # killed
+            (2, dict(process=_gone(200, T0 + 1.5), health=None)),  # back and dead already
+            (3, dict(process=None, health=None)),  # reaped
+        ]
+    )
+    assert [s.phase for s in states] == [Phase.READY, Phase.DOWN, Phase.FAILED, Phase.FAILED]
+    failed = states[2]
+    assert failed.reason == "process exited before its first sample"
+    assert failed.failure_reason is FailureReason.EXITED
+    assert failed.finished_start is not None and failed.last_cold_start == failed.finished_start
+    assert failed.finished_start.outcome == "failed"
+    assert abs(failed.finished_start.duration_seconds - 0.5) < 1e-6
+    assert failed.counters.start_failures == ((FailureReason.EXITED, 1),)
+    assert failed.counters.cold_starts.count == 0  # the histogram times starts that got ready
+    assert states[3].finished_start is None  # counted once
+
+
+def test_a_replacement_of_a_ready_process_gone_at_once_fails_too():
+    states = run_trace(
+        [
+            (0, dict(process=proc(pid=100, start=T0 - 3600), health=OK)),
+            (2, dict(process=_gone(300, T0 + 1.0), health=None)),
+        ]
+    )
+    final = states[-1]
+    assert (final.phase, final.counters.restarts) == (Phase.FAILED, 1)
+    assert final.last_cold_start is not None and final.last_cold_start.outcome == "failed"
+
+
+def test_a_dead_process_the_first_tick_finds_is_no_failed_start():
+    # Its start was not watched: it may have ended long before the exporter began.
+    final = run_trace([(0, dict(process=_gone(100, T0 - 0.2), health=None))])[-1]
+    assert final.phase is Phase.DOWN
+    assert final.last_cold_start is None
