@@ -8,6 +8,7 @@ patterns, then the engine's profile, then the shared vocabulary.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -262,6 +263,13 @@ class LogClassifier:
         regexes = [p.regex.pattern for ps in sets for p in ps.patterns]
         self._benign_from = len(regexes)
         self._benign_layer = (*self._benign.patterns, *quiet)
+        # Where each layer's patterns begin in the screen, in the order they were added.
+        layers = (*sets, self._benign, self._shared_quiet)
+        starts = itertools.accumulate((len(ps.patterns) for ps in layers), initial=0)
+        self._offsets = {id(ps): start for ps, start in zip(layers, starts, strict=False)}
+        #: The screen's sorted hits on ``_screened``, the text ``_event`` is deciding.
+        self._hits: list[int] | None = None
+        self._screened: str | None = None
         regexes += [p.regex.pattern for p in self._benign_layer]
         screen = screen_of([*regexes, *_SCREEN_EXTRAS])
         # The C set's own Match, past the wrapper's type checks: bytes go in either way.
@@ -373,8 +381,17 @@ class LogClassifier:
         reason = tb.hint or FailureReason.CRASH
         return replace(tb.opener, cls=LogClass.FATAL, marker=None, fatal_reason=reason)
 
+    def _first(self, layer: PatternSet, text: str) -> tuple[LogPattern, re.Match[str]] | None:
+        """``layer.first``, from the one scan of ``text`` the screen made (``_event``)."""
+        if text is not self._screened or self._hits is None:
+            return layer.first(text)
+        return layer.first(text, self._hits, self._offsets[id(layer)])
+
     def _event(self, text: str, at: float, line_no: int | None) -> LogEvent:
         head = text[:MATCH_CHARS]
+        if self._match is not None:
+            self._screened = head
+            self._hits = sorted(self._match(head.encode("utf-8", "surrogatepass")) or ())
         if _is_redraw(head):  # most pieces of a log are bar redraws: only markers apply
             return self._match_marker(head, at, line_no) or LogEvent(
                 LogClass.INFO, head, at, line_no=line_no
@@ -395,10 +412,10 @@ class LogClassifier:
             return self._fatal_event(text, at, line_no, infer_reason(text))
         if self._user_benign.matches(text):
             return self._benign_event(text, at, line_no)
-        if found := self._fatal.first(text):
+        if found := self._first(self._fatal, text):
             reason = found[0].fatal_reason or FailureReason.CRASH
             return self._fatal_event(text, at, line_no, stronger(reason, self._shared(text)))
-        if self._benign.first(text) or self._shared_quiet.first(text):
+        if self._first(self._benign, text) or self._first(self._shared_quiet, text):
             return self._benign_event(text, at, line_no)
         return None
 
@@ -408,7 +425,7 @@ class LogClassifier:
         Checked before the shared families, so "EngineCore failed to start" waits for the
         oom below it.
         """
-        if not self._wrappers.first(text):
+        if not self._first(self._wrappers, text):
             return None
         named = self._shared(text)
         if named is not None and named is not FailureReason.CRASH:
@@ -431,7 +448,7 @@ class LogClassifier:
         level = line_level(text)  # cheaper than the families: asked first
         if level is not None and level < _WARNING:
             return None
-        found = self._shared_fatal.first(text)
+        found = self._first(self._shared_fatal, text)
         if found is None:
             return None
         return found[0].fatal_reason or FailureReason.CRASH
@@ -488,7 +505,7 @@ class LogClassifier:
     def _match_marker(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
         if self._user_markers.matches(text):
             return LogEvent(LogClass.MARKER, text, at, marker="user", line_no=line_no)
-        found = self._markers.first(text)
+        found = self._first(self._markers, text)
         if found is None:
             return None
         p, m = found

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import re2
@@ -62,12 +62,23 @@ class PatternSet:
         self.patterns = tuple(patterns)
         self._screen = screen_of(p.regex.pattern for p in self.patterns)
 
-    def first(self, text: str) -> tuple[LogPattern, re.Match[str]] | None:
-        """The first pattern (in order) that matches, with its match."""
+    def first(
+        self, text: str, hits: Sequence[int] | None = None, offset: int = 0
+    ) -> tuple[LogPattern, re.Match[str]] | None:
+        """The first pattern (in order) that matches, with its match.
+
+        ``hits``: a wider screen's sorted hits on the same text, in which this set's
+        patterns are ``offset`` on; used in place of this set's own screen, so a line is
+        scanned once for every layer of a classifier.
+        """
         if not self.patterns:
             return None
-        if self._screen is None:
-            candidates: Iterable[int] = range(len(self.patterns))
+        candidates: Iterable[int]
+        if hits is not None:
+            end = offset + len(self.patterns)
+            candidates = [i - offset for i in hits if offset <= i < end]
+        elif self._screen is None:
+            candidates = range(len(self.patterns))
         else:
             hits = self._screen.Match(text.encode("utf-8", "surrogatepass"))
             if not hits:
