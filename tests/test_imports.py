@@ -99,7 +99,7 @@ STDLIB = set(sys.stdlib_module_names)
             },
         ),
         ("exporter.core.trail", {"exporter.base", "exporter.core.lifecycle"}),
-        ("exporter.core.bounds", {"exporter.base", "exporter.core.lifecycle"}),
+        ("exporter.core.bounds", {"exporter.base", "exporter.core.lifecycle", "exporter.engines"}),
         # The one core entry the loop calls: the core and what it stands on, nothing more.
         ("exporter.core.tick", {"exporter.base", "exporter.core", "exporter.engines"}),
     ],
