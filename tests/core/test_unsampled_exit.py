@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from exporter.base.model import FailureReason, Phase
-from tests.core.test_lifecycle import OK, T0, proc, run_trace
+from dataclasses import replace
+
+from exporter.base.model import FailureReason, LogClass, Phase
+from tests.core.test_lifecycle import OK, T0, line, proc, run_trace
 
 
 def _gone(pid, start):
@@ -47,4 +49,41 @@ def test_a_dead_process_the_first_tick_finds_is_no_failed_start():
     # Its start was not watched: it may have ended long before the exporter began.
     final = run_trace([(0, dict(process=_gone(100, T0 - 0.2), health=None))])[-1]
     assert final.phase is Phase.DOWN
+    assert final.last_cold_start is None
+
+
+def _fatal(at):
+    return replace(
+        line("failed to load model", LogClass.FATAL, fatal_reason=FailureReason.CRASH), at=at
+    )
+
+
+def test_a_start_only_its_log_saw_fails_as_a_new_start_timed_from_its_first_line():
+    # llama-server with a missing model path: gone in 5 ms, never found, its lines read later.
+    states = run_trace(
+        [
+            (0, dict(process=proc(pid=100, start=T0 - 3600), health=OK)),
+            (1, dict(process=None, health=None)),  # stopped
+            (2, dict(process=None, health=None)),
+            (3, dict(process=None, health=None, log_events=(_fatal(T0 + 2.4),))),
+        ]
+    )
+    final = states[-1]
+    assert final.phase is Phase.FAILED and final.failure_reason is FailureReason.CRASH
+    assert final.create_time == T0 + 2.4  # /status started_at: after wait's --started-after
+    assert final.last_cold_start is not None and final.last_cold_start.outcome == "failed"
+    assert abs(final.last_cold_start.duration_seconds - 0.6) < 1e-6
+
+
+def test_a_dead_servers_last_lines_read_the_tick_after_its_death_stay_its_own():
+    states = run_trace(
+        [
+            (0, dict(process=proc(pid=100, start=T0 - 3600), health=OK)),
+            (1, dict(process=None, health=None)),  # died
+            (2, dict(process=None, health=None, log_events=(_fatal(T0 + 0.9),))),
+        ]
+    )
+    final = states[-1]
+    assert final.phase is Phase.FAILED
+    assert final.create_time == T0 - 3600
     assert final.last_cold_start is None

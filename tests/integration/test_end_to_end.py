@@ -163,7 +163,9 @@ def test_ready_is_noticed_within_one_interval_of_the_engine(tmp_path):
 
 def test_exporter_restart_mid_load_keeps_start_time_phase_and_history(tmp_path):
     state = tmp_path / "state"
-    with simulator(tmp_path, weights_mb=48, read_mbps=8, init_seconds=1.0) as sim:
+    # 12 s of loading: the restart (one exporter's stop, the next one's start) must fall
+    # inside it; 6 s was once not enough on a loaded box and the second exporter saw "ready".
+    with simulator(tmp_path, weights_mb=48, read_mbps=4, init_seconds=1.0) as sim:
         toml = target_toml("k", sim)
         with exporter(tmp_path, toml, interval=INTERVAL, state=state) as exp:
             first = exp.wait_for(lambda t: t["phase"] == "loading", "k")

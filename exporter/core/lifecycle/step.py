@@ -29,6 +29,7 @@ from exporter.core.lifecycle.state import (
 from exporter.core.lifecycle.tracking import (
     add_seconds,
     begin_instance,
+    begin_unseen,
     count_lines,
     enter,
     new_instance,
@@ -52,6 +53,8 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
         notable_lines=notable(state.notable_lines, obs.log_events),
         counters=count_lines(state.counters, obs.log_events, obs.log_tally),
     )
+    if phase is Phase.FAILED and _logged_only(prev, state, obs):
+        state = begin_unseen(state, _logged_start(prev, obs, now))
     if phase is Phase.FAILED and _passes_through(state.phase, ev.log_phase):
         # The same lines announced a later phase before the fatal one: keep it in the story.
         assert ev.log_phase is not None
@@ -103,6 +106,28 @@ def _failure_detail(
     if model is not None:
         return f"model {model.name} (version {model.version or '-'}): {model.reason}"
     return None
+
+
+def _logged_only(prev: TargetState, state: TargetState, obs: Observation) -> bool:
+    """A failure while down that only the log saw: a new process the source never found.
+
+    Not on the first tick (an old log), and not in the tick after a death was seen: the
+    dead process's last lines may still be coming in.
+    """
+    return (
+        state.phase is Phase.DOWN
+        and obs.process is None
+        and obs.process_error is None
+        and prev.first_tick_at is not None
+        and (prev.died_at is None or (prev.updated_at or 0.0) > prev.died_at)
+    )
+
+
+def _logged_start(prev: TargetState, obs: Observation, now: float) -> float:
+    """When a start seen only in the log began: its first line's time, after the last tick."""
+    since = prev.updated_at if prev.updated_at is not None else now
+    first = min((e.at for e in obs.log_events), default=now)
+    return min(now, max(since, first))
 
 
 def _passes_through(current: Phase, announced: Phase | None) -> bool:

@@ -101,12 +101,27 @@ def begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSta
             state = record_death(state, now, "process replaced")
     p = obs.process
     fresh = started_while_watched(prev, p.create_time)
+    return _reset_start(state, p.pid, p.create_time, fresh)
+
+
+def begin_unseen(state: TargetState, began: float) -> TargetState:
+    """A start no process sample saw, only its log lines: a process began by ``began``.
+
+    The process source never found it (it ended within milliseconds, before a command-line
+    scan or a listening port could show it); the start is timed from ``began``.
+    """
+    return _reset_start(state, state.pid, began, True)
+
+
+def _reset_start(
+    state: TargetState, pid: int | None, create_time: float, fresh: bool
+) -> TargetState:
     return replace(
         state,
-        pid=p.pid,
-        create_time=p.create_time,
+        pid=pid,
+        create_time=create_time,
         observed_startup=fresh,
-        started_at=p.create_time if fresh else None,
+        started_at=create_time if fresh else None,
         ready_at=None,
         progress_ratio=None,
         shard_progress=(),
@@ -119,7 +134,7 @@ def begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSta
         peak_gpu_bytes=None,
         phase_seconds=(),
         longest_quiet=(),
-        last_progress_at=p.create_time,
+        last_progress_at=create_time,
         stalled=False,
         stall_reason=None,
         baseline=Baseline(),
