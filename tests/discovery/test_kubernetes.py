@@ -239,7 +239,7 @@ def test_in_cluster_the_rotated_token_is_read_for_each_request(tmp_path, watcher
         seen = len(api.http.requests)
         wait_for(
             lambda: any(
-                r.headers["authorization"] == "Bearer rotated-token"
+                r.headers.get("authorization") == "Bearer rotated-token"
                 for r in api.http.requests[seen:]
             )
         )
