@@ -60,28 +60,28 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
         assert ev.log_phase is not None
         state = enter(state, ev.log_phase, f"log marker announces {ev.log_phase}", None, now)
     if ev.fatal_event is not None and state.phase in UP_PHASES:
-        state = replace(state, fatal_while_up=ev.fatal_event)
+        state = evolve(state, fatal_while_up=ev.fatal_event)
     if phase is Phase.DOWN and state.phase in UP_PHASES:
         state = record_death(state, now, reason)
     elif phase is not state.phase and phase in TRANSITIONS[state.phase]:
         state = enter(state, phase, reason, failure, now)
         if phase is Phase.FAILED:
-            state = replace(state, reason_detail=_failure_detail(ev, failure, obs, th))
+            state = evolve(state, reason_detail=_failure_detail(ev, failure, obs, th))
     elif phase is state.phase and reason != state.reason:
-        state = replace(state, reason=reason)
+        state = evolve(state, reason=reason)
     state = _track_wake(prev, _after_probe(track_load(state, obs), obs), ev, now)
     state = note_loader(track_download(state, obs, ev, dt), obs.log_events)
     if obs.health is not None and obs.health.report is not None:
-        state = replace(state, engine_report=obs.health.report)
+        state = evolve(state, engine_report=obs.health.report)
     if ev.kinds and state.phase in STARTUP_PHASES:
         state = _note_progress(state, now, ev.kinds)
     elif state.phase in STARTUP_PHASES and state.last_progress_at is not None:
         quiet = now - state.last_progress_at
-        state = replace(
+        state = evolve(
             state, longest_quiet=add_seconds(state.longest_quiet, state.phase, quiet, keep_max=True)
         )
     stalled, stall_reason = stall_verdict(state, now, th)
-    state = replace(
+    state = evolve(
         state,
         stalled=stalled,
         stall_reason=stall_reason,
@@ -148,15 +148,15 @@ def _track_wake(prev: TargetState, state: TargetState, ev: Evidence, now: float)
     """
     if state.phase is Phase.SLEEPING:
         if prev.phase is not Phase.SLEEPING:
-            return replace(state, wake_began_at=None)
+            return evolve(state, wake_began_at=None)
         if ev.gpu_grew and state.wake_began_at is None:
-            return replace(state, wake_began_at=prev.updated_at or now)
+            return evolve(state, wake_began_at=prev.updated_at or now)
         return state
     if prev.phase is not Phase.SLEEPING or state.phase not in (Phase.READY, Phase.SERVING):
-        return replace(state, wake_began_at=None) if state.wake_began_at is not None else state
+        return evolve(state, wake_began_at=None) if state.wake_began_at is not None else state
     wake = Wake(state.wake_began_at or prev.updated_at or now, now)
     counters = replace(state.counters, wakes=state.counters.wakes.observe(wake.duration_seconds))
-    return replace(state, last_wake=wake, wake_began_at=None, counters=counters)
+    return evolve(state, last_wake=wake, wake_began_at=None, counters=counters)
 
 
 def _after_probe(state: TargetState, obs: Observation) -> TargetState:
@@ -165,7 +165,7 @@ def _after_probe(state: TargetState, obs: Observation) -> TargetState:
     # A completion probe runs beside the loop: one sent before a death can answer after it.
     # Only a server that is up keeps a completion result; a dead one shows none.
     up = state.phase in UP_PHASES
-    return replace(
+    return evolve(
         state,
         health_failures=failures,
         last_health=h if h is not None else state.last_health,
@@ -175,7 +175,7 @@ def _after_probe(state: TargetState, obs: Observation) -> TargetState:
 
 def _note_progress(state: TargetState, now: float, kinds: tuple[str, ...]) -> TargetState:
     quiet = now - state.last_progress_at if state.last_progress_at is not None else 0.0
-    return replace(
+    return evolve(
         state,
         last_progress_at=now,
         last_evidence=", ".join(kinds),
