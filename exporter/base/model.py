@@ -336,21 +336,51 @@ class RawLogLine:
     line_no: int | None = None
 
 
+#: Longest log record kept, in bytes: the rest of a longer line is never looked at.
+MAX_RECORD_BYTES: Final = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class LogBlock:
+    r"""Complete log records read from a file in one go: bytes, neither split nor decoded.
+
+        A serving engine writes thousands of lines a second that matter to no one; the core
+        screens the whole block in one linear scan and splits and decodes only the few records
+        the screen cannot rule out, so no object is made per line.
+
+        Attributes:
+            data: whole records, each ending in ``
+    `` (a line) or ``
+    `` (a progress redraw
+                on the same line); not UTF-8-checked.
+            at: when the block was read; Unix epoch seconds.
+            first_line_no: the 1-based line number of the first record in its file (0: it
+                continues a line begun before the first line read), None when unknown.
+    """
+
+    data: bytes = b""
+    at: float = 0.0
+    first_line_no: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class LogReading:
     """What a log source read in one tick, and how far behind the log it still is.
 
     Attributes:
-        lines: the lines read, not yet classified nor redacted.
+        lines: the lines read one by one (journald's entries), not yet classified nor
+            redacted.
         backlog_bytes: bytes written to the log and not read yet (0 when caught up), None
             from a source that cannot tell (journald): the snapshot then shows no backlog.
         behind_since: when the source fell behind (read less than was there), None when
             caught up: ``now - behind_since`` is how late its lines are.
+        block: what a file source read, after ``lines`` in the log's order.
     """
 
     lines: tuple[RawLogLine, ...] = ()
     backlog_bytes: int | None = None
     behind_since: float | None = None
+    block: LogBlock | None = None
 
 
 @dataclass(frozen=True, slots=True)

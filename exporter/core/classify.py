@@ -17,6 +17,7 @@ from typing import Final
 
 from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.base.redact import redact
+from exporter.core.logblock import BlockScreen, block_screen
 from exporter.core.logtext import (
     FUTURE_SLACK_SECONDS,
     MATCH_CHARS,
@@ -272,6 +273,15 @@ class LogClassifier:
         self._screened: str | None = None
         regexes += [p.regex.pattern for p in self._benign_layer]
         screen = screen_of([*regexes, *_SCREEN_EXTRAS])
+        requests = [p.regex.pattern for p in access.ACCESS]
+        flagged = [r for r in (*regexes, *_SCREEN_EXTRAS, TQDM_STATS.pattern) if r not in requests]
+        #: The same screen over a whole block of lines (``core.logblock``); None with
+        #: operator patterns, which are searched line by line.
+        self.block: BlockScreen | None = (
+            None
+            if screen is None or user.fatal or user.benign or user.markers
+            else block_screen(flagged, requests)
+        )
         # The C set's own Match, past the wrapper's type checks: bytes go in either way.
         self._match: Callable[[bytes], list[int] | None] | None = (
             None if screen is None else getattr(screen, "_set", screen).Match
@@ -318,6 +328,11 @@ class LogClassifier:
             if layer[i - start].regex.search(head):
                 return LogClass.BENIGN
         return None
+
+    @property
+    def in_traceback(self) -> bool:
+        """Whether a traceback is open: every line until it ends needs ``classify``."""
+        return self._traceback is not None
 
     def level_class(self, line: str) -> LogClass:
         """The class a line's own level gives it (info, warning or error): a flood's count."""

@@ -10,16 +10,14 @@ engine process starts a new log story here, where the core sees the new process 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Final, get_args, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 from exporter.base.model import (
     GpuReading,
     HostReadings,
-    LogClass,
     LogEvent,
     LogReading,
     LogTally,
@@ -32,9 +30,10 @@ from exporter.base.model import (
 )
 from exporter.core.advice import Verdicts
 from exporter.core.bounds import Bounds
-from exporter.core.classify import LogClassifier, might_matter
+from exporter.core.classify import LogClassifier
 from exporter.core.gpuhealth import gpu_errors
 from exporter.core.lifecycle import TargetState, Thresholds, step
+from exporter.core.logread import CLASSIFY_BUDGET, TickLog
 from exporter.core.trail import Trails
 
 
@@ -77,12 +76,6 @@ def _fields(cls: type) -> dict[str, tuple[type, ...]]:
         name: tuple(t for t in get_args(hint) if t is not type(None)) or (hint,)
         for name, hint in get_type_hints(cls).items()
     }
-
-
-#: Lines classified per target per tick before a flood is screened (about 0.1 s of work);
-#: lines the classifier's screen rules out are only counted and do not count against it.
-
-CLASSIFY_BUDGET: Final = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +247,7 @@ class Observed:
 def classify_lines(
     world: TargetWorld,
     process: ProcessSample | None,
-    lines: tuple[RawLogLine, ...],
+    lines: tuple[RawLogLine, ...] | LogReading,
     *,
     process_gone: bool = False,
     budget: int = CLASSIFY_BUDGET,
@@ -269,7 +262,7 @@ def classify_lines(
 def read_log(
     world: TargetWorld,
     process: ProcessSample | None,
-    lines: tuple[RawLogLine, ...],
+    lines: tuple[RawLogLine, ...] | LogReading,
     *,
     process_gone: bool = False,
     budget: int = CLASSIFY_BUDGET,
@@ -278,67 +271,22 @@ def read_log(
     """The tick's log evidence as one batch: events of the lines that matched, a tally of the rest.
 
     A new engine process starts a new story first. A line the classifier's screen rules out
-    (``LogClassifier.plain``: most of a serving engine's log) is only counted. Past
-    ``budget`` classified lines (a flood of lines the screen cannot rule out) only those that
-    may be fatal (``classify.might_matter``, up to ``budget`` more) and the newest are
-    classified; the rest are counted by their level, so every line read is counted and a
-    fatal line behind tens of MB of noise is seen at once. A line equal to the one before it,
-    numbers aside, is a ``repeat``: a flood is weak evidence of progress. Once the process is
-    gone its log has ended: a failure a wrapper line announced, whose cause never came,
-    becomes a crash (``finish``).
+    (``LogClassifier.plain``; a whole block of them at once: most of a serving engine's log)
+    is only counted (``logread.TickLog``). Once the process is gone its log has ended: a
+    failure a wrapper line announced, whose cause never came, becomes a crash (``finish``).
     """
     classifier = world.classifier
     if _new_process(world.state, process):
         classifier.reset()
-    events: list[LogEvent] = []
-    counts: dict[LogClass, int] = {}
-    news, pending, classified, checked = False, None, 0, 0
-    newest = len(lines) - budget // 2
-    for i, line in enumerate(lines):
-        text = line.text
-        cls = None if every_line else classifier.plain(text)
-        flooded = cls is None and classified >= budget and i < newest
-        if flooded and (classified >= 2 * budget or not might_matter(text)):
-            cls = classifier.level_class(text)
-
-        if cls is not None:
-            counts[cls] = counts.get(cls, 0) + 1
-            if cls is not LogClass.BENIGN and not news and checked < NEWS_CHECKS:
-                # A flood of one line repeated: a few of its lines tell, the rest are alike.
-                checked += 1
-                before = _key(pending) if pending is not None else world.last_line_key
-                world.last_line_key, pending = _key(text), None
-                news = world.last_line_key != before
-            else:
-                pending = text  # its key is only needed if nothing follows it
-            continue
-        if pending is not None:
-            world.last_line_key, pending = _key(pending), None
-        classified += 1
-        for event in classifier.classify(text, at=line.at, line_no=line.line_no, line_time=False):
-            events.append(_mark_repeat(world, event))
-    if pending is not None:
-        world.last_line_key = _key(pending)
+    reading = lines if isinstance(lines, LogReading) else LogReading(lines)
+    tick = TickLog(world, budget=budget, every_line=every_line)
+    tick.lines(reading.lines)
+    if reading.block is not None:
+        tick.block(reading.block)
+    tally = tick.tally()
     if process_gone and world.state.pid is not None:
-        events += classifier.finish()
-    return tuple(events), LogTally(tuple(counts.items()), news)
-
-
-_NUMBERS: Final = re.compile(r"\d+")
-#: Plain lines of a tick compared with the line before them, numbers aside, to tell news
-#: from a flood of one repeated line.
-NEWS_CHECKS: Final = 256
-
-
-def _key(text: str) -> str:
-    return _NUMBERS.sub("#", text)
-
-
-def _mark_repeat(world: TargetWorld, event: LogEvent) -> LogEvent:
-    key = _key(event.text)
-    repeat = key == world.last_line_key
-    world.last_line_key = key
-    return dataclasses.replace(event, repeat=True) if repeat else event
+        tick.events += classifier.finish()
+    return tuple(tick.events), tally
 
 
 def _new_process(state: TargetState, process: ProcessSample | None) -> bool:
@@ -377,7 +325,7 @@ def observe(
     events, tally = read_log(
         world,
         readings.process,
-        readings.logs.lines,
+        readings.logs,
         process_gone=readings.process is None and readings.process_error is None,
     )
     obs = Observation(

@@ -8,6 +8,7 @@ This is the one module that imports ``systemd.journal``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -15,14 +16,12 @@ import re
 import shutil
 import stat
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Protocol
 
 from exporter.base.errors import SourceAbsent, SourceError
-from exporter.base.model import LogReading, RawLogLine
+from exporter.base.model import MAX_RECORD_BYTES, LogBlock, LogReading
 from exporter.config import Target
 from exporter.sources import TargetSeen, TargetSource
 
@@ -32,8 +31,6 @@ log = logging.getLogger(__name__)
 #: half the tick's time. Reading is cheap (about a µs a line), and so is a line the core's
 #: screen rules out: a flood of 50 MiB drains in a few ticks.
 LINES_PER_SAMPLE: Final = 250_000
-#: Longest line kept; the rest of a longer line is dropped (the classifier caps text too).
-MAX_LINE_BYTES: Final = 8192
 #: A first read with no saved position starts at most this far before the end of the file.
 MAX_BACKLOG_BYTES: Final = 4 * 2**20
 #: Bytes read from a file per ``sample()``, so one call stays bounded.
@@ -43,6 +40,8 @@ NO_LOG_FILE_HINT: Final = (
     "should be there, check the target's log_file"
 )
 CHUNK_BYTES: Final = 64 * 1024
+#: Bytes one read asks a file for: few calls, and nothing per line.
+READ_BYTES: Final = 2**20
 
 
 class LogSource(TargetSource[LogReading], Protocol):
@@ -94,65 +93,56 @@ def _open_error(exc: OSError) -> SourceError:
     return SourceError("read_error", exc.strerror or type(exc).__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """One complete record: the line (capped) and how many raw bytes it took in the file."""
+class _RecordSplitter:
+    r"""Bytes in, whole records out as one bytes object: no object per line.
 
-    data: bytes
-    ends_line: bool
-    raw_len: int
-
-
-_RECORD_END: Final = re.compile(rb"[\r\n]")
-
-
-class _LineSplitter:
-    r"""Bytes in, complete records out: ``\n`` ends a line, ``\r`` ends a progress update.
-
-    A record longer than ``MAX_LINE_BYTES`` is cut there and the rest dropped up to its end.
+    ``\n`` ends a line and ``\r`` a progress update; the unterminated tail waits for more
+    bytes. A record still unterminated past ``MAX_RECORD_BYTES`` keeps only that much (the
+    rest is dropped up to its end), so a writer that never ends a line costs no memory.
     """
 
     def __init__(self, *, skip_first: bool = False) -> None:
         self.pending = bytearray()
         self.pending_raw = 0
         self.dropping = skip_first
+        #: The first record is a fragment (the read began mid-line): it is dropped.
+        self.fragment = skip_first
 
-    def feed(self, data: bytes) -> list[_Record]:
-        """Complete records in ``data``; the unterminated tail waits for more bytes."""
-        if b"\r" not in data:
-            return self._feed_lines(data)
-        out: list[_Record] = []
-        start = 0
-        for end in _RECORD_END.finditer(data):  # C speed: a flood is tens of MB
-            i = end.start()
-            self._append(data[start:i])
-            out.append(_Record(bytes(self.pending), data[i] == 0x0A, self.pending_raw + 1))
-            self.pending.clear()
-            self.pending_raw, self.dropping, start = 0, False, i + 1
-        self._append(data[start:])
-        return out
-
-    def _feed_lines(self, data: bytes) -> list[_Record]:
-        """``feed`` for bytes without carriage returns: one C split, a loop that only wraps."""
-        *lines, tail = data.split(b"\n")
-        if not lines:
-            self._append(tail)
-            return []
-        self._append(lines[0])
-        out = [_Record(bytes(self.pending), True, self.pending_raw + 1)]
+    def feed(self, data: bytes) -> tuple[bytes, int]:
+        """The whole records ``data`` completes, and the line ends a dropped fragment took."""
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        if not cut:
+            self._append(data)
+            return b"", 0
+        nl, cr = data.find(b"\n", 0, cut), data.find(b"\r", 0, cut)
+        first = min(i for i in (nl, cr) if i >= 0)
+        self._append(data[:first])
+        head, dropped = b"", 0
+        if self.fragment:
+            dropped = int(data[first] == 0x0A)
+        else:
+            head = bytes(self.pending) + data[first : first + 1]
         self.pending.clear()
-        self.pending_raw, self.dropping = 0, False
-        cap = MAX_LINE_BYTES
-        out += [_Record(ln[:cap], True, len(ln) + 1) for ln in lines[1:]]
-        self._append(tail)
-        return out
+        self.pending_raw, self.dropping, self.fragment = 0, False, False
+        self._append(data[cut:])
+        return head + data[first + 1 : cut], dropped
 
     def _append(self, chunk: bytes) -> None:
-
         self.pending_raw += len(chunk)
-        room = 0 if self.dropping else MAX_LINE_BYTES - len(self.pending)
+        room = 0 if self.dropping else MAX_RECORD_BYTES - len(self.pending)
         self.pending += chunk[: max(room, 0)]
         self.dropping = self.dropping or len(chunk) > room
+
+
+_RECORD_END: Final = re.compile(rb"[\r\n]")
+
+
+def _cut_records(data: bytes, most: int) -> int:
+    """Where ``data``'s first ``most`` records end (``len(data)`` if it holds no more)."""
+    if data.count(b"\n") + data.count(b"\r") <= most:
+        return len(data)
+    ends = _RECORD_END.finditer(data)  # C speed; only a backlog beyond ``max_lines`` cuts
+    return next(itertools.islice(ends, most - 1, None)).end()
 
 
 def _past(when: float) -> bool:
@@ -205,52 +195,52 @@ class FileLogSource:
         self._identity: tuple[int, int] | None = None
         self._pos = 0
         self._saved: int | None = None
-        self._splitter = _LineSplitter()
-        self._records: deque[_Record] = deque()
+        self._splitter = _RecordSplitter()
+        #: Whole records read but beyond ``max_lines``: the next sample's first.
+        self._carry = b""
         self._line_no = 1
         self._behind_since: float | None = None
         #: The file's size at the last look, when it is the file open and not truncated.
         self._seen_size: int | None = None
 
     def sample(self, deadline: float | None = None, seen: TargetSeen | None = None) -> LogReading:
-        """The lines appended since the last call, and how much is left behind.
+        """The records appended since the last call, as one block, and how much is left.
 
         Reads until the end of the file, ``max_lines``, ``MAX_READ_BYTES`` or shortly before
         ``deadline`` (``time.monotonic()``), whichever comes first.
         """
         fh = self._fh or self._open(from_start=False)
         fh = self._follow_rotation(fh)
-        if not self._records and self._seen_size == self._pos:
+        if not self._carry and self._seen_size == self._pos:
             self._behind_since = None  # nothing was appended: no read, no fstat (issue 18)
             return LogReading((), 0, None)
-        lines: list[RawLogLine] = []
-        budget = MAX_READ_BYTES
-        now = self._clock()
+        parts, budget, now = [self._carry], MAX_READ_BYTES, self._clock()
         # read for half the time left at most: the rest is the loop's, to classify and publish
         stop_at = float("inf") if deadline is None else (time.monotonic() + deadline) / 2
         at_end = False
-        while len(lines) < self.max_lines and not (len(lines) % 1024 == 1023 and _past(stop_at)):
-            if not self._records:
-                data = fh.read(min(CHUNK_BYTES, budget))
-                if not data:
-                    at_end = budget > 0
-                    break
-                budget -= len(data)
-                self._pos += len(data)
-                self._records.extend(self._splitter.feed(data))
-                continue
-            record = self._records.popleft()
-            lines.append(
-                RawLogLine(record.data.decode("utf-8", errors="replace"), now, self._line_no)
-            )
-            self._line_no += record.ends_line
+        while budget > 0 and not _past(stop_at):
+            data = fh.read(min(READ_BYTES, budget))
+            if not data:
+                at_end = True
+                break
+            budget -= len(data)
+            self._pos += len(data)
+            records, dropped = self._splitter.feed(data)
+            parts.append(records)
+            self._line_no += dropped
+        data = b"".join(parts)
+        cut = _cut_records(data, self.max_lines)
+        data, self._carry = data[:cut], data[cut:]
+        block = LogBlock(data, now, self._line_no) if data else None
+        self._line_no += data.count(b"\n")
         self._save_position()
         backlog = max(0, os.fstat(fh.fileno()).st_size - self._first_unreturned())
-        if at_end or not backlog:
+        caught_up = at_end and not self._carry
+        if caught_up or not backlog:
             self._behind_since = None
         elif self._behind_since is None:
             self._behind_since = now
-        return LogReading(tuple(lines), backlog if not at_end else 0, self._behind_since)
+        return LogReading((), 0 if caught_up else backlog, self._behind_since, block)
 
     def close(self) -> None:
         """Close the file."""
@@ -262,7 +252,7 @@ class FileLogSource:
         fh = open_regular_file(self.path)
         st = os.fstat(fh.fileno())
         self._fh, self._identity = fh, (st.st_dev, st.st_ino)
-        self._records.clear()
+        self._carry = b""
         offset, skip = (0, False) if from_start else self._start_offset(st.st_size)
         self._rewind(fh, offset, skip_first=skip)
         return fh
@@ -282,7 +272,8 @@ class FileLogSource:
     def _rewind(self, fh: BinaryIO, offset: int, *, skip_first: bool = False) -> None:
         fh.seek(offset)
         self._pos = offset
-        self._splitter = _LineSplitter(skip_first=skip_first)
+        self._splitter = _RecordSplitter(skip_first=skip_first)
+        self._carry = b""
         self._line_no = 0 if skip_first else 1
 
     def _follow_rotation(self, fh: BinaryIO) -> BinaryIO:
@@ -293,7 +284,7 @@ class FileLogSource:
         except OSError:
             return fh  # rotated away and not recreated yet: keep reading the old file
         if (st.st_dev, st.st_ino) != self._identity:
-            if self._records or os.fstat(fh.fileno()).st_size > self._pos:
+            if self._carry or os.fstat(fh.fileno()).st_size > self._pos:
                 return fh  # the old file still has unread lines: drain it first
             log.info("log file rotated path=%s", self.path)
             self.close()
@@ -307,8 +298,7 @@ class FileLogSource:
 
     def _first_unreturned(self) -> int:
         """Offset of the first byte read from the file but not returned as a line yet."""
-        unread = self._splitter.pending_raw + sum(r.raw_len for r in self._records)
-        return self._pos - unread
+        return self._pos - self._splitter.pending_raw - len(self._carry)
 
     def _save_position(self) -> None:
         """Remember the first byte not yet returned, for the next exporter run."""

@@ -24,6 +24,7 @@ from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.config import Target
 from exporter.core.classify import MAX_LINE_CHARS, LogClassifier
+from exporter.core.logblock import reading_lines
 from exporter.core.lifecycle import initial_state
 from exporter.core.observe import TargetWorld, classify_lines, read_log
 from exporter.engines import ENGINES
@@ -48,7 +49,7 @@ class Classified:
 
     def read(self, max_lines: int = 5000) -> tuple[LogEvent, ...]:
         self.source.max_lines = max_lines
-        return classify_lines(self.world, None, self.source.sample().lines)
+        return classify_lines(self.world, None, self.source.sample())
 
     def close(self) -> None:
         self.source.close()
@@ -277,6 +278,7 @@ def test_a_real_writer_process_is_followed_live(tmp_path, closing):
 CHILD = r"""
 import os, pwd, sys
 from exporter.base.errors import SourceAbsent, SourceError
+from exporter.core.logblock import reading_lines
 from exporter.sources.journal import JournalLogSource
 from exporter.sources.logs import FileLogSource
 import systemd.journal  # imported on first use by the source: here before dropping root
@@ -291,7 +293,7 @@ if kind == "file":
 else:
     src = JournalLogSource("vllm", cursor_file=None, since=None, journal_dir=path)
 try:
-    print("read %d" % len(src.sample().lines))
+    print("read %d" % len(reading_lines(src.sample())))
 except SourceError as exc:
     print(exc.reason)
 finally:
@@ -623,8 +625,8 @@ def test_a_flood_reaches_the_core_whole_its_fatal_line_classified_and_every_line
     fatal = b"ERROR 05-12 02:45:11 torch.OutOfMemoryError: CUDA out of memory\n"
     log.write_bytes(noise + fatal + noise)
     src = FileLogSource(str(log), start_at_end=False)
-    lines = src.sample().lines
-    assert len(lines) == 40_001  # the source drops nothing: one screen, in the core
+    lines = src.sample()
+    assert len(reading_lines(lines)) == 40_001  # the source drops nothing: one screen, in the core
     world = TargetWorld(initial_state("t"), LogClassifier(ENGINES["vllm"].log))
     events, tally = read_log(world, None, lines)
     assert [(e.line_no, e.fatal_reason) for e in events] == [(20_001, FailureReason.OOM)]
