@@ -344,18 +344,16 @@ MAX_RECORD_BYTES: Final = 8192
 class LogBlock:
     r"""Complete log records read from a file in one go: bytes, neither split nor decoded.
 
-        A serving engine writes thousands of lines a second that matter to no one; the core
-        screens the whole block in one linear scan and splits and decodes only the few records
-        the screen cannot rule out, so no object is made per line.
+    A serving engine writes thousands of lines a second that matter to no one; the core
+    screens the whole block in one linear scan and splits and decodes only the few records
+    the screen cannot rule out, so no object is made per line.
 
-        Attributes:
-            data: whole records, each ending in ``
-    `` (a line) or ``
-    `` (a progress redraw
-                on the same line); not UTF-8-checked.
-            at: when the block was read; Unix epoch seconds.
-            first_line_no: the 1-based line number of the first record in its file (0: it
-                continues a line begun before the first line read), None when unknown.
+    Attributes:
+        data: whole records, each ending in ``\n`` (a line) or ``\r`` (a progress redraw
+            on the same line); not UTF-8-checked.
+        at: when the block was read; Unix epoch seconds.
+        first_line_no: the 1-based line number of the first record in its file (0: it
+            continues a line begun before the first line read), None when unknown.
     """
 
     data: bytes = b""

@@ -24,8 +24,8 @@ from exporter.base.errors import SourceAbsent, SourceError
 from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.config import Target
 from exporter.core.classify import MAX_LINE_CHARS, LogClassifier
-from exporter.core.logblock import reading_lines
 from exporter.core.lifecycle import initial_state
+from exporter.core.logblock import reading_lines
 from exporter.core.observe import TargetWorld, classify_lines, read_log
 from exporter.engines import ENGINES
 from exporter.sources.journal import JournalctlLogSource, JournalLogSource
