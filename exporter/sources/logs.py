@@ -35,6 +35,8 @@ LINES_PER_SAMPLE: Final = 250_000
 MAX_BACKLOG_BYTES: Final = 4 * 2**20
 #: Bytes read from a file per ``sample()``, so one call stays bounded.
 MAX_READ_BYTES: Final = 32 * 2**20
+#: Seconds between saves of a growing log's position.
+SAVE_EVERY_SECONDS: Final = 5.0
 NO_LOG_FILE_HINT: Final = (
     "the target's log_file does not exist (yet): the engine writes it when it starts; if it "
     "should be there, check the target's log_file"
@@ -195,6 +197,7 @@ class FileLogSource:
         self._identity: tuple[int, int] | None = None
         self._pos = 0
         self._saved: int | None = None
+        self._saved_at = -SAVE_EVERY_SECONDS
         self._splitter = _RecordSplitter()
         #: Whole records read but beyond ``max_lines``: the next sample's first.
         self._carry = b""
@@ -243,8 +246,9 @@ class FileLogSource:
         return LogReading((), 0 if caught_up else backlog, self._behind_since, block)
 
     def close(self) -> None:
-        """Close the file."""
+        """Save the position and close the file."""
         if self._fh is not None:
+            self._save_position(now=True)
             self._fh.close()
             self._fh = None
 
@@ -300,16 +304,23 @@ class FileLogSource:
         """Offset of the first byte read from the file but not returned as a line yet."""
         return self._pos - self._splitter.pending_raw - len(self._carry)
 
-    def _save_position(self) -> None:
-        """Remember the first byte not yet returned, for the next exporter run."""
-        if self._identity is None:
+    def _save_position(self, *, now: bool = False) -> None:
+        """Remember the first byte not yet returned, for the next exporter run.
+
+        At most every ``SAVE_EVERY_SECONDS`` while the log grows (a write and a rename a tick
+        per target is most of what a busy log costs otherwise), and always on ``close``: a
+        crash recounts at most those seconds of lines, a stop none.
+        """
+        if self._identity is None or not self._offset_file:
             return
         offset = self._first_unreturned()
         if offset == self._saved:
             return
+        if not now and time.monotonic() - self._saved_at < SAVE_EVERY_SECONDS:
+            return
         dev, ino = self._identity
         if save_state(self._offset_file, {"dev": dev, "ino": ino, "offset": offset}):
-            self._saved = offset
+            self._saved, self._saved_at = offset, time.monotonic()
 
 
 # --- factory --------------------------------------------------------------------------------
