@@ -11,7 +11,7 @@ import functools
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -247,7 +247,7 @@ def _classify_counted(
     out: list[_Line] = []
     plain: Counter[LogClass] = Counter()
     last: float | None = None
-    for number, text in lines:
+    for number, text in _flagged(classifier, lines, plain):
         # The first line is the first step (the start begins there), whatever it says.
         if out and (cls := classifier.plain(text)) is not None:
             plain[cls] += 1
@@ -264,6 +264,32 @@ def _classify_counted(
     for i in range(head):  # lines before the first timestamp happened at (or before) it
         out[i] = replace(out[i], events=tuple(replace(e, at=first) for e in out[i].events))
     return out, plain
+
+
+def _flagged(
+    classifier: LogClassifier, lines: Sequence[tuple[int, str]], plain: Counter[LogClass]
+) -> Iterator[tuple[int, str]]:
+    """The first line, then the lines the classifier's block screen flags; the rest counted.
+
+    As the daemon reads a file: the lines after the first go through the screen as one
+    block, so a replay of a serving log costs a scan, not a classifier call a line.
+    """
+    screen, rest = classifier.block, lines[1:]
+    consecutive = all(b[0] == a[0] + 1 for a, b in zip(lines, rest, strict=False))
+    yield from lines[:1]
+    if screen is None or not consecutive:
+        yield from rest
+        return
+    data = "".join(f"{text}\n" for _, text in rest).encode("utf-8", "surrogatepass")
+
+    def count(start: int, stop: int) -> None:
+        info, benign = screen.plain_counts(data, start, stop)
+        plain.update({LogClass.INFO: info, LogClass.BENIGN: benign})
+
+    first = rest[0][0] if rest else 0
+    tracing = lambda: classifier.in_traceback  # noqa: E731 (read at each line)
+    for text, number, _ in screen.walk(data, first, tracing, count, redraws=False):
+        yield (first if number is None else number), text
 
 
 def _decisive(event: LogEvent) -> bool:

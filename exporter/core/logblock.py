@@ -68,6 +68,59 @@ class BlockScreen:
             yield start, stop
             pos = stop
 
+    def walk(
+        self,
+        data: bytes,
+        line_no: int | None,
+        tracing: Callable[[], bool],
+        plain: Callable[[int, int], None],
+        *,
+        redraws: bool = True,
+    ) -> Iterator[tuple[str, int | None, int]]:
+        r"""Each flagged record of ``data``: (its text, its line number, its offset).
+
+        ``plain(start, stop)`` is called for each run of whole lines between them, in
+        order. While ``tracing()`` (a traceback is open: the caller classified its head
+        between two records) every line is a record, until it ends. ``redraws=False``
+        keeps a line's ``\r`` updates in one record, for a caller that splits them itself.
+        """
+        pos, end = 0, len(data)
+        while pos < end:
+            if tracing():
+                nl = data.find(b"\n", pos, end)
+                run: tuple[int, int] | None = (pos, end if nl < 0 else nl + 1)
+            else:
+                run = self.next_flagged(data, pos, end)
+            start, stop = run or (end, end)
+            if start > pos:
+                plain(pos, start)
+                if line_no is not None:
+                    line_no += data.count(b"\n", pos, start)
+            if run is None:
+                return
+            for record, ends_line, offset in records(data, start, stop, redraws=redraws):
+                yield decode(record), line_no, offset
+                if line_no is not None:
+                    line_no += ends_line
+            pos = stop
+
+    def plain_counts(
+        self, data: bytes, start: int, stop: int, info: Callable[[int, int], None] | None = None
+    ) -> tuple[int, int]:
+        """Info and access lines in whole plain lines ``data[start:stop]``.
+
+        ``info(a, b)`` is called for each run of info lines between the access runs.
+        """
+        benign, pos = 0, start
+        for run_start, run_stop in self.access_runs(data, start, stop):
+            if info is not None and run_start > pos:
+                info(pos, run_start)
+            benign += data.count(b"\n", run_start, run_stop)
+            pos = run_stop
+        if info is not None and stop > pos:
+            info(pos, stop)
+        return data.count(b"\n", start, stop) - benign, benign
+
 
 def block_screen(flag_regexes: Iterable[str], access_regexes: Iterable[str]) -> BlockScreen | None:
     """The block screen of a classifier's screen regexes and the access family's.
@@ -97,17 +150,21 @@ def _compiled(flag: tuple[str, ...], access: tuple[str, ...]) -> BlockScreen | N
     return BlockScreen(flag_re._regexp.Match, access_re._regexp.Match)
 
 
-def records(data: bytes, start: int, end: int) -> Iterator[tuple[bytes, bool]]:
-    r"""The records of ``data[start:end]``, capped: (bytes, whether it ends a line with ``\n``).
+def records(
+    data: bytes, start: int, end: int, *, redraws: bool = True
+) -> Iterator[tuple[bytes, bool, int]]:
+    r"""The records of ``data[start:end]``, capped: (bytes, ends a line with ``\n``, offset).
 
-    ``\r`` ends a record too (a progress redraw), which does not end the line.
+    ``\r`` ends a record too (a progress redraw), which does not end the line, unless
+    ``redraws`` is False: the line is then whole, uncapped, for the caller to split.
     """
     pos = start
     while pos < end:
         nl = data.find(b"\n", pos, end)
-        cr = data.find(b"\r", pos, end if nl < 0 else nl)
+        cr = data.find(b"\r", pos, end if nl < 0 else nl) if redraws else -1
         stop = cr if cr >= 0 else (nl if nl >= 0 else end)
-        yield data[pos : min(stop, pos + MAX_RECORD_BYTES)], stop == nl
+        cap = stop if not redraws else min(stop, pos + MAX_RECORD_BYTES)
+        yield data[pos:cap], stop == nl, pos
         pos = stop + 1
 
 
@@ -119,7 +176,7 @@ def decode(record: bytes) -> str:
 def block_lines(block: LogBlock) -> tuple[RawLogLine, ...]:
     """Every record of a block as a ``RawLogLine``, numbered: for showing each line."""
     line_no, out = block.first_line_no, []
-    for record, ends_line in records(block.data, 0, len(block.data)):
+    for record, ends_line, _ in records(block.data, 0, len(block.data)):
         out.append(RawLogLine(decode(record), block.at, line_no))
         if line_no is not None:
             line_no += ends_line

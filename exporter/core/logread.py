@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 from exporter.base.model import LogBlock, LogClass, LogEvent, LogTally, RawLogLine
 from exporter.core.classify import might_matter
-from exporter.core.logblock import BlockScreen, block_lines, decode, line_start_before_end, records
+from exporter.core.logblock import BlockScreen, block_lines, decode, line_start_before_end
 
 if TYPE_CHECKING:
     from exporter.core.observe import TargetWorld
@@ -73,28 +73,16 @@ class TickLog:
         if screen is None or self._every_line:
             self.lines(block_lines(block))
             return
-        data, at, line_no = block.data, block.at, block.first_line_no
-        pos, end, newest = 0, len(data), -1
-        while pos < end:
-            if self.classifier.in_traceback:  # each line until it ends needs classify
-                nl = data.find(b"\n", pos, end)
-                run: tuple[int, int] | None = (pos, end if nl < 0 else nl + 1)
-            else:
-                run = screen.next_flagged(data, pos, end)
-            start, stop = run or (end, end)
-            if start > pos:
-                self._bulk(screen, data, pos, start)
-                if line_no is not None:
-                    line_no += data.count(b"\n", pos, start)
-            if run is None:
-                return
+        data, newest = block.data, -1
+
+        def plain(start: int, stop: int) -> None:
+            self._bulk(screen, data, start, stop)
+
+        tracing = lambda: self.classifier.in_traceback  # noqa: E731 (read at each record)
+        for text, line_no, offset in screen.walk(data, block.first_line_no, tracing, plain):
             if newest < 0 and self._classified >= self._budget:
-                newest = line_start_before_end(data, 0, end, self._budget // 2)
-            for record, ends_line in records(data, start, stop):
-                self.line(decode(record), at, line_no, newest=0 <= newest <= start)
-                if line_no is not None:
-                    line_no += ends_line
-            pos = stop
+                newest = line_start_before_end(data, 0, len(data), self._budget // 2)
+            self.line(text, block.at, line_no, newest=0 <= newest <= offset)
 
     def line(self, text: str, at: float, line_no: int | None, *, newest: bool) -> None:
         """One line: counted when plain, else classified into events."""
@@ -129,20 +117,18 @@ class TickLog:
 
     def _bulk(self, screen: BlockScreen, data: bytes, start: int, stop: int) -> None:
         """Whole lines no pattern can match: access lines are benign, the others info."""
-        benign, pos = 0, start
-        for run_start, run_stop in screen.access_runs(data, start, stop):
-            self._info_lines(data, pos, run_start)
-            benign += data.count(b"\n", run_start, run_stop)
-            pos = run_stop
-            if not self.news and self._checked < NEWS_CHECKS:  # the next info line's before
-                self._pending = data[line_start_before_end(data, run_start, pos, 1) : pos - 1]
-        self._info_lines(data, pos, stop)
-        info = data.count(b"\n", start, stop) - benign
-        for cls, n in ((LogClass.INFO, info), (LogClass.BENIGN, benign)):
+
+        def info(a: int, b: int) -> None:
+            if a > start:  # an access line before it: the line it is compared with
+                self._pending = data[line_start_before_end(data, start, a, 1) : a - 1]
+            self._info_lines(data, a, b)
+
+        looking = not self.news and self._checked < NEWS_CHECKS
+        counts = screen.plain_counts(data, start, stop, info if looking else None)
+        for cls, n in zip((LogClass.INFO, LogClass.BENIGN), counts, strict=True):
             if n:
                 self.counts[cls] = self.counts.get(cls, 0) + n
-        last = line_start_before_end(data, start, stop, 1)
-        self._pending = data[last : stop - 1]
+        self._pending = data[line_start_before_end(data, start, stop, 1) : stop - 1]
 
     def _info_lines(self, data: bytes, start: int, stop: int) -> None:
         """Look for news among the first info lines of ``data[start:stop]``, if still looking."""
