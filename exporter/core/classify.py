@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, tzinfo
 from typing import Final
 
+from exporter.base.linear import present
 from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.base.redact import redact
 from exporter.core.logblock import BlockScreen, block_screen
@@ -219,6 +220,17 @@ _SCREEN_EXTRAS: Final = (
 )
 
 
+#: The shared fatal families' words, screened in one linear scan (``re`` backtracks on them).
+_FATAL_HINT: Final = screen_of([vocabulary.FATAL_HINT.pattern])
+
+
+def _hinted(text: str) -> bool:
+    """Whether ``text`` holds a word of a shared fatal family (``vocabulary.FATAL_HINT``)."""
+    if _FATAL_HINT is None:
+        return vocabulary.FATAL_HINT.search(text) is not None
+    return bool(present(_FATAL_HINT, text))
+
+
 def might_matter(line: str) -> bool:
     """Whether a line could be fatal, by a cheap screen: False means it cannot be.
 
@@ -228,7 +240,7 @@ def might_matter(line: str) -> bool:
     level = line_level(head)
     if level is not None and level <= _INFO_LEVEL:  # a flood is INFO chatter, never fatal
         return False
-    return vocabulary.FATAL_HINT.search(head) is not None or "Traceback" in head
+    return _hinted(head) or "Traceback" in head
 
 
 class LogClassifier:
@@ -284,7 +296,7 @@ class LogClassifier:
         )
         # The C set's own Match, past the wrapper's type checks: bytes go in either way.
         self._match: Callable[[bytes], list[int] | None] | None = (
-            None if screen is None else getattr(screen, "_set", screen).Match
+            None if screen is None else screen.Match
         )
 
         self._user_any = bool(user.fatal or user.benign or user.markers)
@@ -458,7 +470,7 @@ class LogClassifier:
 
     def _shared(self, text: str) -> FailureReason | None:
         """The shared vocabulary's reason, unless the line's own level says it only reports."""
-        if not vocabulary.FATAL_HINT.search(text):
+        if not _hinted(text):
             return None
         level = line_level(text)  # cheaper than the families: asked first
         if level is not None and level < _WARNING:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Final
 
+from exporter.base.linear import present, screen_of
 from exporter.base.model import LogClass, LogEvent
 from exporter.engines import vocabulary
 
@@ -73,6 +74,9 @@ _TS_GLOG = re.compile(
     r"(?:^|\s)[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<f>\d{6})\b"
 )
 _TS_FORMATS: Final = (_TS_ISO, _TS_TRT, _TS_VLLM, _TS_GLOG)
+#: Which formats can occur in a line, in one linear scan: ``re`` then runs only those. RE2
+#: has no look-behind: the screen reads the formats without it, a little more widely.
+_TS_SCREEN: Final = screen_of(f.pattern.removeprefix(r"(?<!\d)") for f in _TS_FORMATS)
 
 
 def _tzinfo(tz: str | None) -> timezone | None:
@@ -97,7 +101,10 @@ def parse_timestamp(
         (seconds, year printed in the line or None), or None when the line has no timestamp.
     """
     head = text[:_TS_WINDOW]
-    found = [m for m in (f.search(head) for f in _TS_FORMATS) if m]
+    formats = (
+        _TS_FORMATS if _TS_SCREEN is None else [_TS_FORMATS[i] for i in present(_TS_SCREEN, head)]
+    )
+    found = [m for m in (f.search(head) for f in formats) if m]
     for m in sorted(found, key=lambda m: m.start()):
         g = m.groupdict()
         year = int(g["y"]) if g.get("y") else None
@@ -134,16 +141,21 @@ def count_value(value: str) -> int:
     return int(float(number) * scale)
 
 
-_LOADER_SCREEN: Final = re.compile(
-    "|".join(f"(?:{regex.pattern})" for regex, _ in vocabulary.LOADERS), re.IGNORECASE
-)
+_LOADER_SCREEN: Final = screen_of(regex.pattern for regex, _ in vocabulary.LOADERS)
 _UNIT_POWERS: Final = {"K": 1, "M": 2, "G": 3, "T": 4}
 _SIZE: Final = re.compile(r"([\d.]+) ?([KMGT])(i?)", re.IGNORECASE)
 
 
+def _names_loader(text: str) -> bool:
+    """Whether ``text`` names a fast loader (one linear scan for all of them)."""
+    if _LOADER_SCREEN is None:
+        return any(regex.search(text) for regex, _ in vocabulary.LOADERS)
+    return bool(present(_LOADER_SCREEN, text))
+
+
 def with_loader(event: LogEvent) -> LogEvent:
     """The event with the fast loader its line names, and the throughput it reports."""
-    if event.cls in (LogClass.FATAL, LogClass.ERROR) or not _LOADER_SCREEN.search(event.text):
+    if event.cls in (LogClass.FATAL, LogClass.ERROR) or not _names_loader(event.text):
         return event
     name = next(n for regex, n in vocabulary.LOADERS if regex.search(event.text))
     return replace(event, loader=name, loader_bytes_per_second=_summary_rate(event.text))

@@ -6,50 +6,13 @@ patterns can occur in a line, so a profile of forty patterns costs one scan a li
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable, Sequence
-from typing import Protocol
 
-import re2
-
+from exporter.base.linear import Screen, screen_of
 from exporter.engines.profile import LogPattern
 
-
-class Screen(Protocol):
-    """What this module uses of an ``re2.Set`` (the package ships no types)."""
-
-    def Match(self, text: bytes) -> list[int] | None:
-        """The indices of the patterns that occur in text, or None."""
-        ...
-
-
-def screen_of(regexes: Iterable[str]) -> Screen | None:
-    """``_compiled_screen`` of the regexes: one set per distinct list, shared."""
-    return _compiled_screen(tuple(regexes))
-
-
-@functools.cache
-def _compiled_screen(regexes: tuple[str, ...]) -> Screen | None:
-    r"""One RE2 set of the regexes, case-insensitive, searched in time linear in the line.
-
-    A screen: ``re`` still decides each hit, so a pattern RE2 reads a little more widely
-    costs a check, never a verdict. RE2's ``\w``, ``\d`` and ``\b`` are ASCII: the profiles'
-    patterns name ASCII words, which both engines read alike. None when a regex is not
-    RE2's (the engine profiles' are all checked to be, by a test).
-
-    """
-    options = re2.Options()
-    options.case_sensitive = False
-    options.max_mem = 64 << 20  # the profiles' sets take a few MiB; the default 8 MiB is tight
-    screen = re2.Set.SearchSet(options)
-    try:
-        for regex in regexes:
-            screen.Add(regex)
-        screen.Compile()
-    except re2.error:
-        return None
-    return screen  # type: ignore[no-any-return]
+__all__ = ["PatternSet", "Screen", "screen_of"]
 
 
 class PatternSet:
