@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import sys
 from collections import Counter
@@ -22,6 +23,7 @@ from exporter.base.localzone import local_utc_offset_seconds, local_zone
 from exporter.base.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.core.classify import LogClassifier, Screen, clean, screen_of
 from exporter.core.lifecycle import Thresholds, initial_state, step
+from exporter.core.logblock import BlockScreen, block_screen
 from exporter.engines import ENGINES
 from exporter.engines.profile import LogProfile
 
@@ -148,9 +150,7 @@ def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None
     scores: Counter[str] = Counter()
     first: dict[str, int] = {}
     names, screen = _detect_screen()
-    for i, (number, line) in enumerate(lines):
-        if i >= DETECT_LINES:
-            break
+    for number, line in _detect_candidates(list(itertools.islice(lines, DETECT_LINES))):
         text = clean(line)
         hits = screen.Match(text.encode("utf-8", "surrogatepass")) if screen else range(len(names))
         for name in dict.fromkeys(names[h] for h in sorted(hits or ())):
@@ -163,6 +163,23 @@ def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None
     host = next((n for n in scores if best in ENGINES[n].embeds), None)
     name = host or best
     return name, first[name]
+
+
+def _detect_candidates(lines: Sequence[tuple[int, str]]) -> Iterable[tuple[int, str]]:
+    """The lines that may name an engine: one block scan rules the others out."""
+    screen = _detect_block()
+    if screen is None:
+        return lines
+    data = "".join(f"{text}\n" for _, text in lines).encode("utf-8", "surrogatepass")
+    walk = screen.walk(data, 0, lambda: False, lambda start, stop: None, redraws=False)
+    return [lines[index] for _, index, _ in walk if index is not None and index < len(lines)]
+
+
+@functools.cache
+def _detect_block() -> BlockScreen | None:
+    """Every engine's tell-tale patterns as one block screen (lines with colour codes too)."""
+    patterns = [p.pattern for e in ENGINES.values() for p in e.log.detect]
+    return block_screen([*patterns, r"[\x00-\x08\x0b-\x1f\x7f]"], ())
 
 
 @functools.cache

@@ -43,7 +43,8 @@ class BlockScreen:
     """The two compiled block regexes of one classifier (``block_screen``)."""
 
     _flag: _Search
-    _access: _Search
+    #: None without an access family: no line is counted as a request.
+    _access: _Search | None
 
     def next_flagged(self, data: bytes, pos: int, end: int) -> tuple[int, int] | None:
         """The first run of flagged lines at or after ``pos``: (its first byte, past its end).
@@ -61,7 +62,7 @@ class BlockScreen:
 
     def access_runs(self, data: bytes, pos: int, end: int) -> Iterator[tuple[int, int]]:
         """Each run of consecutive whole access lines in ``data[pos:end]``: (start, end)."""
-        while pos < end:
+        while self._access is not None and pos < end:
             start, stop = self._access(_UNANCHORED, data, pos, end)[0]
             if start < 0:
                 return
@@ -143,11 +144,11 @@ def _compiled(flag: tuple[str, ...], access: tuple[str, ...]) -> BlockScreen | N
     runs = rf"(?:^[^\n]*?(?:{family})[^\n]*\n)+"
     try:
         flag_re = re2.compile(f"(?m){alternation}".encode(), options)
-        access_re = re2.compile(f"(?m){runs}".encode(), options)
+        access_re = re2.compile(f"(?m){runs}".encode(), options) if access else None
     except re2.error:
         return None
     # The binding's own search, past the wrapper's per-call Python (this runs per block).
-    return BlockScreen(flag_re._regexp.Match, access_re._regexp.Match)
+    return BlockScreen(flag_re._regexp.Match, access_re._regexp.Match if access_re else None)
 
 
 def records(

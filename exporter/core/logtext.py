@@ -35,6 +35,8 @@ def clean(text: str) -> str:
 
     The result is what every pattern is matched against.
     """
+    if text.isprintable() and "#033[" not in text:  # no control character, no escape
+        return text
     return _CONTROL.sub("", _ANSI.sub("", text.rstrip("\n")))
 
 
