@@ -176,6 +176,8 @@ class LogsSection(TypedDict):
     """Section ``logs``: what engine log traffic costs."""
 
     classifier_access_lines_per_s: float
+    #: The first pass in the process: each profile's screens compiled on the way.
+    classifier_corpus_first_pass_lines_per_s: float | None
     classifier_corpus_lines_per_s: float | None
     serving: list[LogRateRun]
     fatal_after_flood_ticks: float
