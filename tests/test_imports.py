@@ -159,13 +159,14 @@ def test_the_core_imports_only_the_core_and_the_engine_profiles():
 
 
 def test_the_ground_floor_imports_nothing_above_it():
-    # Every layer stands on exporter.base; it borrows from none of them.
+    # Every layer stands on exporter.base; it borrows from none of them. Besides the standard
+    # library it may use RE2, a linear-time regex engine with no I/O (base/linear's screens).
     floor = [m for m in MODULES if m.startswith("exporter.base")]
     bad = {
         (m, i)
         for m in floor
         for i in imports_of(MODULES[m])
-        if i.split(".")[0] not in STDLIB and not i.startswith("exporter.base")
+        if i.split(".")[0] not in {*STDLIB, "re2"} and not i.startswith("exporter.base")
     }
     assert floor and not bad, f"the floor imports {sorted(bad)}"
 
