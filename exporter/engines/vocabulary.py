@@ -126,7 +126,7 @@ NATIVE: Final[tuple[LogPattern, ...]] = (
     # (core dumped)", "line 3: 4242 Aborted"). A line may carry a timestamp or a rank prefix;
     # Go's recovered per-request panic ("http: panic serving 10.0.0.1:5: ...") is not one
     fatal(
-        r"(?:^|\s)(?:panic|fatal error): \S|(?:^|\s)goroutine \d+ \[running\]:"
+        r"(?:^|[ \t])(?:panic|fatal error): \S|(?:^|[ \t])goroutine \d+ \[running\]:"
         r"|\bfatal runtime error: |\bhas overflowed its stack\b"
         r"|^(?:\S+ )?Aborted(?: \(core dumped\))?\s*$|: line \d+: +\d+ Aborted\b",
         _CRASH,
