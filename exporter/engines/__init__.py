@@ -164,6 +164,7 @@ def _builtin() -> dict[str, Engine]:
         # runs another inside it (a serving framework over vLLM, a fork of it) embeds it, so
         # its own names win over the format or load lines they share.
         Engine("mistralrs", "mistral.rs", log=mistralrs.LOG_PROFILE, process_words=r"mistralrs"),
+        # LocalAI's image checks its frontend at /readyz (scripts/build/healthcheck.sh)
         Engine(
             "localai",
             "LocalAI",
@@ -179,6 +180,7 @@ def _builtin() -> dict[str, Engine]:
             log=tabbyapi.LOG_PROFILE,
             process_words=r"tabby(?:api|API)",
         ),
+        # MLC-LLM, Xinference and Ray Serve LLM: the OpenAI model list, served once a model is
         Engine(
             "mlcllm",
             "MLC-LLM (mlc_llm serve)",
@@ -211,6 +213,7 @@ def _builtin() -> dict[str, Engine]:
             process_words=r"dynamo\.(?:frontend|vllm|sglang|trtllm)|dynamo-run",
             embeds=("vllm", "sglang", "trtllm"),
         ),
+        # NIM's docs: /v1/health/ready answers 200 once the model serves, /v1/health/live before
         Engine(
             "nim",
             "NVIDIA NIM for LLMs",

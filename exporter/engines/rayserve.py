@@ -26,13 +26,15 @@ LOG_PROFILE: Final = LogProfile(
     markers=(
         # deployment_state.py ("Deploying new version of Deployment(name='LLMServer', ...")
         marker(r"\bDeploying new version of Deployment\(", "deploying"),
-        # deployment_state.py ("Adding 1 replica to Deployment(name='LLMServer', app='default')"):
+        # deployment_state.py ("Adding 1 replica to Deployment(name='LLMServer', app='default').",
+        # older "Adding 1 replica to deployment StableDiffusionV2 in application 'default'."):
         # the replica's constructor loads the engine
-        marker(r"\bAdding \d+ replicas? to Deployment\(", "weights_begin", _L),
-        # serve/_private/client.py ("Application 'default' is ready at http://127.0.0.1:8000/."),
-        # serve/scripts.py ("Deployed app 'default' successfully.")
+        marker(r"\bAdding \d+ replicas? to deployment\b", "weights_begin", _L),
+        # serve/_private/client.py ("Application 'default' is ready at http://127.0.0.1:8000/.",
+        # older "Deployment 'echo:s8cys2ug' is ready at `http://127.0.0.1:8000/`"), serve/api.py
+        # ("Deployed app 'default' successfully.")
         marker(
-            r"\bApplication '[^']*' is ready at https?://"
+            r"\b(?:Application|Deployment) '[^']*' is ready at `?https?://"
             r"|\bDeployed app(?: '[^']*')? successfully\b",
             "ready",
             _R,
@@ -46,8 +48,9 @@ LOG_PROFILE: Final = LogProfile(
         *vllm.LOG_PROFILE.fatal,
     ),
     wrappers=(
-        # application_state.py ("Deploying app 'default' failed with exception:" + traceback)
-        wrapper(r"\bDeploying app '[^']*' failed with exception\b"),
+        # application_state.py ("Deploying app 'default' failed with exception:" + traceback),
+        # and serve.run's wording of the same status ("Deploying application default failed")
+        wrapper(r"\bDeploying app(?:lication)? '?[\w.-]+'? failed\b"),
         *vllm.LOG_PROFILE.wrappers,
     ),
     detect=(
@@ -55,6 +58,12 @@ LOG_PROFILE: Final = LogProfile(
         re.compile(
             r"\((?:ServeController|ServeReplica:\S+|ProxyActor|HTTPProxyActor) pid=\d+"
             r"|\bray\.serve(?:\.llm)?\b|\bray\[serve"
+        ),
+        # Serve's own log format, where Ray adds no prefix (serve/_private/logging_utils.py:
+        # "INFO 2025-10-10 01:57:27,668 controller 1700 -- Adding 1 replica to ...")
+        re.compile(
+            r"^(?:DEBUG|INFO|WARNING|ERROR) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "
+            r"(?:controller|serve|proxy) \S+ (?:\w+\.py:\d+ )?--? "
         ),
     ),
 )

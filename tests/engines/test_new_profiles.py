@@ -122,6 +122,12 @@ def one(engine: str, line: str):
             "ready",
         ),
         (
+            "rayserve",
+            "INFO 2024-10-23 21:42:27,754 serve 32467 client.py:492 - Deployment 'echo:s8cys2ug' "
+            "is ready at `http://127.0.0.1:8000/`. component=serve deployment=echo",
+            "ready",
+        ),
+        (
             "dynamo",
             "2025-06-13T02:40:00.000Z  INFO dynamo_llm::http::service::service_v2: Starting "
             'HTTP service on: 0.0.0.0:8000 address="0.0.0.0:8000"',
@@ -135,8 +141,8 @@ def one(engine: str, line: str):
         ),
         (
             "nim",
-            "INFO 2024-08-20 21:46:27.898 ngc_injector.py:106] Valid profile: 8835c31752fbc67ef658"
-            "b20a9f78e056914fdef0660206d82f252d62fd96064d (vllm-bf16-tp1)",
+            "INFO 08-20 21:46:27.898 ngc_injector.py:106] Valid profile: 8835c31752fbc67ef658b2"
+            "0a9f78e056914fdef0660206d82f252d62fd96064d (vllm-bf16-tp1)",
             None,
         ),
         (
@@ -263,6 +269,15 @@ def test_their_failures_are_fatal(engine, line):
                 "Initializing a V1 LLM engine (v0.9.1)",
                 "(ServeReplica:default:LLMServer pid=4343) INFO 01-01 00:00:20 [gpu_model_runner"
                 ".py:1] Model loading took 14.99 GiB and 8.1 seconds",
+            ],
+        ),
+        (
+            "rayserve",
+            [
+                "INFO 2026-01-12 05:53:02,990 controller 1004 -- Adding 1 replica to Deployment("
+                "name='LLMServer:qwen2_5-0_5b-instruct', app='llms').",
+                "INFO 01-12 05:53:10 [core.py:1] Initializing a V1 LLM engine (v0.10.1)",
+                "INFO 01-12 05:53:20 [gpu_model_runner.py:1] Model loading took 0.93 GiB",
             ],
         ),
         (
