@@ -3,9 +3,12 @@ their detection cannot steal any corpus log from the engine it belongs to."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from exporter.base.model import FailureReason, LogClass, Phase
+from exporter.cli import main
 from exporter.commands.replay_log import detect_engine, read_lines
 from exporter.core.classify import LogClassifier, clean
 from exporter.engines import ENGINES
@@ -315,3 +318,130 @@ def test_no_corpus_log_is_taken_by_a_new_profile():
             assert hits == [], (path.name, name, hits[:2])
         # every corpus log stays with the engine it came from (or with none)
         assert detect_engine(lines) in (path.name.split("-")[0], None), path.name
+
+
+#: A start of each engine as its source words it (timestamps as its logger prints them),
+#: and the phases ``replay-log --engine auto`` must find it passing through.
+STARTS = {
+    "mistralrs": (
+        [
+            "2026-02-22T21:50:34.876377Z  INFO mistralrs_core::pipeline::normal: Loading "
+            "`tokenizer.json` at `Qwen/Qwen3-4B`",
+            "2026-02-22T21:50:34.958359Z  INFO mistralrs_core::utils::varbuilder_utils: "
+            "Loading model using mmap strategy.",
+            "2026-02-22T21:55:58.532103Z  INFO mistralrs_core: Beginning dummy run.",
+            "2026-02-22T21:58:12.443640Z  INFO mistralrs_core: Dummy run completed in 133.9s.",
+            "2026-02-22T21:58:12.500000Z  INFO mistralrs_server: OpenAI-compatible server "
+            "listening on http://0.0.0.0:1234.",
+        ],
+        ["starting", "loading", "initializing", "ready"],
+    ),
+    "localai": (
+        [
+            "1:38AM INF Starting LocalAI using 4 threads, with models path: /models",
+            "1:38AM INF LocalAI version: v2.20.1 (7a2fb37fdb0f07a7cb4a32d0bf4d1e1d0c1b1b1b)",
+            "1:38AM INF LocalAI API is listening! Please connect to the endpoint for API "
+            "documentation. endpoint=http://0.0.0.0:8080",
+        ],
+        ["starting", "ready"],
+    ),
+    "tabbyapi": (
+        [
+            "INFO:     Using backend exllamav2",
+            "INFO:     Loading model modules ━━━━━━━━━━━━━━━━━━ 100% 65/65 0:00:04",
+            "INFO:     Developer documentation: http://127.0.0.1:5000/redoc",
+            "INFO:     Chat completions: http://127.0.0.1:5000/v1/chat/completions",
+            "INFO:     Uvicorn running on http://127.0.0.1:5000 (Press CTRL+C to quit)",
+        ],
+        ["loading", "initializing", "ready"],
+    ),
+    "mlcllm": (
+        [
+            "[2024-05-05 02:50:13] INFO auto_device.py:79: Found device: cuda:0",
+            "[2024-05-05 02:50:19] INFO jit.py:158: Using cached model lib: /root/.cache/"
+            "mlc_llm/model_lib/d7c5d287.so",
+            "[2024-05-05 02:50:20] INFO engine_base.py:142: Using library model: "
+            "/data/mlc-llm/dist/libs/Meta-Llama-3-8B-Instruct-MLC-q4f16_1-cuda.so",
+            "[2024-05-05 02:50:40] INFO:     Uvicorn running on http://127.0.0.1:8000",
+        ],
+        ["starting", "loading", "ready"],
+    ),
+    "xinference": (
+        [
+            "2024-02-27 17:17:29,313 xinference.core.supervisor 1504 INFO     Xinference "
+            "supervisor 0.0.0.0:14154 started",
+            "2024-02-27 17:17:33,903 xinference.core.worker 1504 INFO     Metrics server is "
+            "started at: http://0.0.0.0:34531",
+            "2024-02-27 17:17:35,265 xinference.api.restful_api 1500 INFO     Starting "
+            "Xinference at endpoint: http://0.0.0.0:9997",
+            "2024-02-27 17:17:36,265 xinference   1500 INFO     Xinference successfully "
+            "started. Endpoint: http://0.0.0.0:9997",
+        ],
+        ["starting", "ready"],
+    ),
+    "rayserve": (
+        [
+            "INFO 2026-01-12 05:53:02,884 controller 1004 -- Deploying new version of "
+            "Deployment(name='LLMServer:qwen', app='llms') (initial target replicas: 1).",
+            "INFO 2026-01-12 05:53:02,990 controller 1004 -- Adding 1 replica to Deployment("
+            "name='LLMServer:qwen', app='llms').",
+            "(ServeReplica:llms:LLMServer:qwen pid=2056) INFO 01-12 05:53:40 [default_loader.py"
+            ":1] Loading weights took 2.10 seconds",
+            "INFO 2026-01-12 05:54:10,000 serve 1004 -- Application 'llms' is ready at "
+            "http://0.0.0.0:8000/.",
+        ],
+        ["starting", "loading", "initializing", "ready"],
+    ),
+    "dynamo": (
+        [
+            "2025-06-13T02:40:00.000Z  INFO dynamo_llm::http::service::service_v2: Starting "
+            'HTTP(S) service protocol="HTTP" address="0.0.0.0:8000"',
+            "2025-06-13T02:40:01.000Z  INFO dynamo_llm::http::service::service_v2: chat "
+            "endpoints enabled",
+            "2025-06-13T02:46:35.040Z  INFO dynamo_llm::discovery::watcher: added model "
+            'model_name="meta-llama/Llama-3.1-8B-Instruct"',
+        ],
+        ["starting", "ready"],
+    ),
+    "nim": (
+        [
+            "NVIDIA Inference Microservice LLM NIM Version 1.0.0",
+            "INFO 06-23 15:41:21.19 ngc_profile.py:222] Detected 0 compatible profile(s).",
+            "ERROR 06-23 15:41:21.19 utils.py:21] Could not find a profile that is currently "
+            "runnable with the detected hardware. Please check the system information below "
+            "and make sure you have enough free GPUs.",
+        ],
+        ["starting", "failed"],
+    ),
+    "lightllm": (
+        [
+            "INFO 05-20 10:00:00 [api_start.py:258] all start args:StartArgs(run_mode='normal',"
+            " model_dir='/models/llama', tp=2)",
+            "INFO 05-20 10:02:00 [api_start.py:60] http server pid 4242",
+            "INFO:     Application startup complete.",
+        ],
+        ["starting", "initializing", "ready"],
+    ),
+    "aphrodite": (
+        [
+            "INFO 12-15 11:52:48 aphrodite_engine.py:73] Initializing the Aphrodite Engine "
+            "with the following config:",
+            "INFO 12-15 11:53:02 model_runner.py:1] Loading model weights took 3.87 GB",
+            "INFO:     Application startup complete.",
+        ],
+        ["starting", "initializing", "ready"],
+    ),
+}
+
+
+@pytest.mark.parametrize("engine", sorted(STARTS))
+def test_replay_log_recognises_each_start_and_its_phases(engine, tmp_path, capsys):
+    lines, phases = STARTS[engine]
+    log = tmp_path / f"{engine}.log"
+    log.write_text("\n".join(lines) + "\n")
+    assert main(["replay-log", "--engine", "auto", "--json", str(log)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["engine"], doc["engine_source"]) == (engine, "detected")
+    assert [p["phase"] for p in doc["phases"]] == phases
+    if phases[-1] == "failed":
+        assert doc["reason"] == "crash" and "Could not find a profile" in doc["reason_detail"]
