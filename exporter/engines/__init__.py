@@ -81,6 +81,16 @@ def _builtin() -> dict[str, Engine]:
     )
 
     engines = [
+        # First: its images name the engine it runs ("ai-dynamo/vllm-runtime"), and the first
+        # engine whose words an image or command names is the pod's (discovery.pods).
+        Engine(
+            "dynamo",
+            "NVIDIA Dynamo",
+            listens_while_loading=True,
+            log=dynamo.LOG_PROFILE,
+            process_words=r"dynamo\.(?:frontend|vllm|sglang|trtllm)|dynamo-run|ai-dynamo/",
+            embeds=("vllm", "sglang", "trtllm"),
+        ),
         Engine(
             "sglang",
             "SGLang",
@@ -163,7 +173,12 @@ def _builtin() -> dict[str, Engine]:
         # Issue 33: profiles written from each engine's own source and docs. An engine that
         # runs another inside it (a serving framework over vLLM, a fork of it) embeds it, so
         # its own names win over the format or load lines they share.
-        Engine("mistralrs", "mistral.rs", log=mistralrs.LOG_PROFILE, process_words=r"mistralrs"),
+        Engine(
+            "mistralrs",
+            "mistral.rs",
+            log=mistralrs.LOG_PROFILE,
+            process_words=r"mistralrs|mistral\.rs",
+        ),
         # LocalAI's image checks its frontend at /readyz (scripts/build/healthcheck.sh)
         Engine(
             "localai",
@@ -204,14 +219,6 @@ def _builtin() -> dict[str, Engine]:
             log=rayserve.LOG_PROFILE,
             process_words=r"\bserve (?:run|deploy)\b|ray::Serve",
             embeds=("vllm",),
-        ),
-        Engine(
-            "dynamo",
-            "NVIDIA Dynamo",
-            listens_while_loading=True,
-            log=dynamo.LOG_PROFILE,
-            process_words=r"dynamo\.(?:frontend|vllm|sglang|trtllm)|dynamo-run",
-            embeds=("vllm", "sglang", "trtllm"),
         ),
         # NIM's docs: /v1/health/ready answers 200 once the model serves, /v1/health/live before
         Engine(
