@@ -1,7 +1,8 @@
 """TabbyAPI's (ExLlamaV2/V3) log profile, as data: markers, fatal lines, detection.
 
 No code paths: ``exporter.core.classify`` applies it. Written from TabbyAPI's source (issue 33;
-no fixture log exists): common/model.py (``load_model_gen``: "Using backend exllamav2", the
+no fixture log exists): backends/exllamav2/model.py ("Loading model: ...", "Model successfully
+loaded."), common/model.py (``load_model_gen``: "Using backend exllamav2", the
 rich bar "Loading model modules" and its draft and vision twins, the backend checks) and
 endpoints/server.py (``start_api``: the documentation and endpoint URLs, then uvicorn, whose
 "Uvicorn running on" the shared vocabulary reads as ready). The model loads before the API
@@ -22,6 +23,14 @@ LOG_PROFILE: Final = LogProfile(
     markers=(
         # common/model.py load_model_gen ("Using backend exllamav2")
         marker(r"\bUsing backend exllamav\d\b", "weights_begin", _L),
+        # backends/exllamav2/model.py load_model_sync ("Loading model: /models/Qwen2.5-exl2",
+        # "Loading draft model: ...", "Loading with autosplit", "... tensor parallel")
+        marker(
+            r"\bLoading (?:draft )?model: \S"
+            r"|\bLoading with (?:autosplit|tensor parallel|a manual GPU split)\b",
+            "weights_begin",
+            _L,
+        ),
         # common/model.py: rich's bar, of modules, not files ("Loading model modules ━━━━━━
         # 100% 65/65 0:00:04")
         progress(
@@ -31,6 +40,8 @@ LOG_PROFILE: Final = LogProfile(
             _L,
             per_model=True,
         ),
+        # backends/exllamav2/model.py load_gen: the weights are in and the generator is built
+        marker(r"\bModel successfully loaded\.", "weights_end", _I),
         # endpoints/server.py start_api: printed after the load, before uvicorn binds
         marker(
             r"\bDeveloper documentation: https?://|\bChat completions: https?://", "http_up", _I

@@ -348,7 +348,10 @@ STARTS = {
     "tabbyapi": (
         [
             "INFO:     Using backend exllamav2",
+            "INFO:     Loading model: /models/Qwen2.5-7B-Instruct-exl2",
+            "INFO:     Loading with autosplit",
             "INFO:     Loading model modules ━━━━━━━━━━━━━━━━━━ 100% 65/65 0:00:04",
+            "INFO:     Model successfully loaded.",
             "INFO:     Developer documentation: http://127.0.0.1:5000/redoc",
             "INFO:     Chat completions: http://127.0.0.1:5000/v1/chat/completions",
             "INFO:     Uvicorn running on http://127.0.0.1:5000 (Press CTRL+C to quit)",
