@@ -216,6 +216,11 @@ def test_markers_announce_their_phase(engine, line, phase):
             "free GPUs.",
         ),
         ("lightllm", "ValueError: Not enough GPUs specified. You need at least 2, but got 1."),
+        (
+            "lightllm",
+            "ERROR 05-20 10:01:00 [start_utils.py:33] init func start_detokenization_process : "
+            "Traceback (most recent call last): ...",
+        ),
         ("aphrodite", "RuntimeError: Engine core initialization failed. See root cause above."),
     ],
 )
@@ -420,6 +425,7 @@ STARTS = {
         [
             "INFO 05-20 10:00:00 [api_start.py:258] all start args:StartArgs(run_mode='normal',"
             " model_dir='/models/llama', tp=2)",
+            "INFO 05-20 10:01:50 [start_utils.py:37] init func start_router_process : init ok",
             "INFO 05-20 10:02:00 [api_start.py:60] http server pid 4242",
             "INFO:     Application startup complete.",
         ],
