@@ -12,6 +12,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.engines import ENGINES
+
 ROOT = Path(__file__).resolve().parents[1]
 #: The main golden file, and the MIG one (with every GPU health reading) whose MIG and
 #: healthy-GPU series the main one renders empty.
@@ -99,3 +101,14 @@ def test_a_clone_without_the_corpus_says_why_its_tests_are_skipped(tmp_path):
     )
     assert done.returncode == 5, done.stdout + done.stderr  # pytest: no test ran
     assert f"log corpus not found at {tmp_path / 'absent'}" in done.stdout, done.stdout
+
+
+def test_the_config_table_names_every_engine_and_its_own_health_path():
+    # Issue 33: engines added without the README left a reader guessing the names to write.
+    rows = {
+        ln.split("|")[1].strip(): ln
+        for ln in (ROOT / "README.md").read_text().splitlines()
+        if ln.startswith("| `")
+    }
+    assert re.findall(r"`(\w+)`", rows["`engine`"])[2:] == list(ENGINES)
+    assert all(e.health_path in rows["`health_path`"] for e in ENGINES.values())

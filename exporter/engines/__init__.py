@@ -56,21 +56,41 @@ class Engine:
 
 def _builtin() -> dict[str, Engine]:
     from exporter.engines import (
+        aphrodite,
+        dynamo,
         koboldcpp,
+        lightllm,
         llamacpp,
         lmdeploy,
+        localai,
         mindie,
+        mistralrs,
+        mlcllm,
+        nim,
         ollama,
         openai,
+        rayserve,
         sglang,
+        tabbyapi,
         tei,
         tgi,
         triton,
         trtllm,
         vllm,
+        xinference,
     )
 
     engines = [
+        # First: its images name the engine it runs ("ai-dynamo/vllm-runtime"), and the first
+        # engine whose words an image or command names is the pod's (discovery.pods).
+        Engine(
+            "dynamo",
+            "NVIDIA Dynamo",
+            listens_while_loading=True,
+            log=dynamo.LOG_PROFILE,
+            process_words=r"dynamo\.(?:frontend|vllm|sglang|trtllm)|dynamo-run|ai-dynamo/",
+            embeds=("vllm", "sglang", "trtllm"),
+        ),
         Engine(
             "sglang",
             "SGLang",
@@ -149,6 +169,79 @@ def _builtin() -> dict[str, Engine]:
             log=koboldcpp.LOG_PROFILE,
             process_words=r"koboldcpp",
             embeds=("llamacpp",),
+        ),
+        # Issue 33: profiles written from each engine's own source and docs. An engine that
+        # runs another inside it (a serving framework over vLLM, a fork of it) embeds it, so
+        # its own names win over the format or load lines they share.
+        Engine(
+            "mistralrs",
+            "mistral.rs",
+            log=mistralrs.LOG_PROFILE,
+            process_words=r"mistralrs|mistral\.rs",
+        ),
+        # LocalAI's image checks its frontend at /readyz (scripts/build/healthcheck.sh)
+        Engine(
+            "localai",
+            "LocalAI",
+            health_path="/readyz",
+            listens_while_loading=True,
+            log=localai.LOG_PROFILE,
+            process_words=r"local-ai|localai",
+            embeds=("llamacpp", "vllm"),
+        ),
+        Engine(
+            "tabbyapi",
+            "TabbyAPI (ExLlamaV2/V3)",
+            log=tabbyapi.LOG_PROFILE,
+            process_words=r"tabby(?:api|API)",
+        ),
+        # MLC-LLM, Xinference and Ray Serve LLM: the OpenAI model list, served once a model is
+        Engine(
+            "mlcllm",
+            "MLC-LLM (mlc_llm serve)",
+            health_path="/v1/models",
+            log=mlcllm.LOG_PROFILE,
+            process_words=r"mlc_llm",
+        ),
+        Engine(
+            "xinference",
+            "Xinference",
+            health_path="/v1/models",
+            log=xinference.LOG_PROFILE,
+            process_words=r"xinference",
+            embeds=("vllm", "sglang", "llamacpp", "lmdeploy"),
+        ),
+        Engine(
+            "rayserve",
+            "Ray Serve LLM",
+            health_path="/v1/models",
+            listens_while_loading=True,
+            log=rayserve.LOG_PROFILE,
+            process_words=r"\bserve (?:run|deploy)\b|ray::Serve",
+            embeds=("vllm",),
+        ),
+        # NIM's docs: /v1/health/ready answers 200 once the model serves, /v1/health/live before
+        Engine(
+            "nim",
+            "NVIDIA NIM for LLMs",
+            health_path="/v1/health/ready",
+            log=nim.LOG_PROFILE,
+            process_words=r"nim_llm|vllm_nvext|/nim/",
+            embeds=("vllm", "trtllm"),
+        ),
+        Engine(
+            "lightllm",
+            "LightLLM",
+            log=lightllm.LOG_PROFILE,
+            process_words=r"lightllm",
+            embeds=("vllm",),
+        ),
+        Engine(
+            "aphrodite",
+            "Aphrodite Engine",
+            log=aphrodite.LOG_PROFILE,
+            process_words=r"aphrodite",
+            embeds=("vllm",),
         ),
         Engine("openai", "generic OpenAI-compatible server", log=openai.LOG_PROFILE),
     ]

@@ -13,7 +13,7 @@ from typing import Final
 
 from exporter.base.model import FailureReason, Phase
 from exporter.engines import llamacpp
-from exporter.engines.profile import LogProfile, fatal, marker
+from exporter.engines.profile import LogProfile, fatal, loading_markers, marker
 
 _L, _I, _R = Phase.LOADING, Phase.INITIALIZING, Phase.READY
 
@@ -25,7 +25,7 @@ LOG_PROFILE: Final = LogProfile(
         marker(r"^Starting (?:Kobold|OpenAI Compatible) API on port\b", "http_up", _I),
         marker(r"^Please connect to custom endpoint at https?://", "ready", _R),
         # the embedded llama.cpp's loader lines (llamacpp.py), never its ready lines
-        *(p for p in llamacpp.LOG_PROFILE.markers if p.phase is not _R),
+        *loading_markers(llamacpp.LOG_PROFILE),
     ),
     fatal=(
         # koboldcpp.py: "Load Text Model OK: False" and then it exits

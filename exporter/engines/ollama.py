@@ -13,7 +13,7 @@ from typing import Final
 
 from exporter.base.model import FailureReason, Phase
 from exporter.engines import llamacpp
-from exporter.engines.profile import LogProfile, benign, fatal, marker
+from exporter.engines.profile import LogProfile, benign, fatal, loading_markers, marker
 
 _L, _I, _R = Phase.LOADING, Phase.INITIALIZING, Phase.READY
 
@@ -29,7 +29,7 @@ LOG_PROFILE: Final = LogProfile(
         # ollama-01/02-ready ("llama runner started in 9.88 seconds")
         marker(r"llama runner started in\b", "ready", _R),
         # ollama-01-ready: the embedded llama.cpp loader's markers
-        *(p for p in llamacpp.LOG_PROFILE.markers if p.phase is not _R),
+        *loading_markers(llamacpp.LOG_PROFILE),
     ),
     fatal=(
         # issue 13: the runner dying before it reports started ("llama runner process has

@@ -12,17 +12,26 @@ from typing import Final
 
 from exporter.base.model import Phase
 from exporter.engines import (
+    dynamo,
     koboldcpp,
+    lightllm,
     llamacpp,
     lmdeploy,
+    localai,
     mindie,
+    mistralrs,
+    mlcllm,
+    nim,
     ollama,
+    rayserve,
     sglang,
+    tabbyapi,
     tei,
     tgi,
     triton,
     trtllm,
     vllm,
+    xinference,
 )
 from exporter.engines.profile import LogPattern, LogProfile, benign
 
@@ -38,6 +47,16 @@ _PROFILES: Final = (
     mindie.LOG_PROFILE,
     tei.LOG_PROFILE,
     koboldcpp.LOG_PROFILE,
+    # issue 33; aphrodite is vLLM's profile, and the hosts' own lines only are new
+    mistralrs.LOG_PROFILE,
+    localai.LOG_PROFILE,
+    tabbyapi.LOG_PROFILE,
+    mlcllm.LOG_PROFILE,
+    xinference.LOG_PROFILE,
+    rayserve.LOG_PROFILE,
+    dynamo.LOG_PROFILE,
+    nim.LOG_PROFILE,
+    lightllm.LOG_PROFILE,
 )
 
 

@@ -75,6 +75,15 @@ def wrapper(regex: str) -> LogPattern:
     return pattern(regex, LogClass.ERROR, marker="traceback", fatal_reason=FailureReason.CRASH)
 
 
+def loading_markers(*profiles: LogProfile) -> tuple[LogPattern, ...]:
+    """The markers of engines another one runs inside it, less their ready lines.
+
+    A host (KoboldCpp over llama.cpp, a serving framework over vLLM) prints its guest's load
+    lines, but the host, not the guest, says when the server is ready.
+    """
+    return tuple(p for prof in profiles for p in prof.markers if p.phase is not Phase.READY)
+
+
 class Matcher(Protocol):
     """A compiled pattern the classifier can search a line with.
 

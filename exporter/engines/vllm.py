@@ -37,8 +37,9 @@ LOG_PROFILE: Final = LogProfile(
             _L,
             per_model=True,
         ),
-        # ENGINES.md vLLM "weights done"; vllm-06-ready ("Loading weights took 3.83 seconds")
-        marker(r"Loading weights took|Model loading took", "weights_end", _I),
+        # ENGINES.md vLLM "weights done"; vllm-06-ready ("Loading weights took 3.83 seconds"),
+        # V0's model_runner.py (vllm-15/16-ready: "Loading model weights took 7.5122 GB")
+        marker(r"Loading (?:model )?weights took|Model loading took", "weights_end", _I),
         # ENGINES.md vLLM "compile"; vllm-05-ready ("Compiling a graph for dynamic shape takes")
         marker(r"for vLLM's torch\.compile|Dynamo bytecode transform time", "compile", _I),
         marker(

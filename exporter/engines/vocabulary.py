@@ -111,12 +111,26 @@ NATIVE: Final[tuple[LogPattern, ...]] = (
     # ("Assertion failed: Failed to deserialize cuda engine"), llama.cpp's ggml_abort
     fatal(
         r"Segmentation fault|\bSIG(?:SEGV|ABRT|BUS|ILL|FPE)\b|core dumped|Fatal Python error"
-        r"|terminate called after throwing|\bAssertion\b.{0,80}?\bfailed\b|\bggml_abort\b"
+        r"|terminate called (?:after throwing|without an active exception|recursively)"
+        r"|\bAssertion\b.{0,80}?\bfailed\b|\bggml_abort\b"
         r"|GGML_ASSERT|double free or corruption|stack smashing detected",
         _CRASH,
     ),
     # tgi-07-oom: a Rust panic (its reason may name the memory family, checked first)
     fatal(r"\bthread '[^']*' panicked at\b", _CRASH),
+    # issue 33: the runtime itself giving up, in each language's words, wherever it comes in
+    # a start (a panic just after the listening line is a start that crashed): Go's runtime
+    # ("panic: runtime error: invalid memory address", "fatal error: concurrent map writes",
+    # then "goroutine 1 [running]:"), Rust's ("fatal runtime error: stack overflow", "thread
+    # 'main' has overflowed its stack"), and an abort as glibc or a shell reports it ("Aborted
+    # (core dumped)", "line 3: 4242 Aborted"). A line may carry a timestamp or a rank prefix;
+    # Go's recovered per-request panic ("http: panic serving 10.0.0.1:5: ...") is not one
+    fatal(
+        r"(?:^|[ \t])(?:panic|fatal error): \S|(?:^|[ \t])goroutine \d+ \[running\]:"
+        r"|\bfatal runtime error: |\bhas overflowed its stack\b"
+        r"|^(?:\S+ )?Aborted(?: \(core dumped\))?\s*$|: line \d+: +\d+ Aborted\b",
+        _CRASH,
+    ),
 )
 
 #: A child killed from outside (SIGKILL: the kernel's OOM killer, a cgroup limit, kill -9), as
@@ -187,7 +201,7 @@ FATAL_HINT: Final = re.compile(
     r"memor|alloc|oom|cache|ccl|gloo|mpi|collective|watchdog|error|fail|fault|sig|core dump"
     r"|terminat|assert|abort|panic|illegal|double free|smash|crash|died|exit|not start"
     r"|not be loaded|not found|no such|available|needed|required|connected|rendezvous|clients"
-    r"|kill|^Error: |^Caused by|unavailable",
+    r"|kill|^Error: |^Caused by|unavailable|goroutine|overflowed",
     re.IGNORECASE,
 )
 

@@ -174,3 +174,41 @@ def test_annotations_that_would_break_a_probe_or_a_label_fall_back_to_defaults()
     assert t.health_path == "/health"  # vLLM's own
     assert t.model == "" and t.completion is None
     assert t.model_path is None  # relative to what? the exporter's working directory is no one's
+
+
+@pytest.mark.parametrize(
+    ("image", "command", "engine"),
+    [
+        # Issue 33: Dynamo's images name the engine its workers run; its own words win
+        (
+            "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.4.0",
+            ["python3", "-m", "dynamo.frontend"],
+            "dynamo",
+        ),
+        (
+            "nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.4.0",
+            ["python3", "-m", "dynamo.sglang"],
+            "dynamo",
+        ),
+        ("ghcr.io/ericlbuehler/mistral.rs:cuda-90-latest", [], "mistralrs"),
+        ("localai/localai:latest-gpu-nvidia-cuda-12", [], "localai"),
+        ("ghcr.io/theroyallab/tabbyapi:latest", [], "tabbyapi"),
+        ("xprobe/xinference:v1.2.0", ["xinference-local", "-H", "0.0.0.0"], "xinference"),
+        ("rayproject/ray-llm:2.44.0", ["serve", "run", "config.yaml"], "rayserve"),
+        ("nvcr.io/nim/meta/llama-3.1-8b-instruct:1.3.3", [], "nim"),
+        (
+            "ghcr.io/modeltc/lightllm:main",
+            ["python", "-m", "lightllm.server.api_server"],
+            "lightllm",
+        ),
+        ("alpindale/aphrodite-openai:latest", [], "aphrodite"),
+        # and the engines that were there keep their images
+        ("vllm/vllm-openai:v0.6.3", [], "vllm"),
+        ("lmsysorg/sglang:v0.4.1-cu124", [], "sglang"),
+    ],
+)
+def test_an_image_or_command_names_its_engine(image, command, engine):
+    pod = plain_pod()
+    pod["spec"]["containers"][0].update(image=image, command=command)
+    by_image = KubernetesDiscovery(node_name=NODE, select=PodSelection.ANNOTATED_OR_IMAGE)
+    assert only(pod, by_image).target.engine == engine

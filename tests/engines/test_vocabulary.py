@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.base.model import FailureReason, LogClass, Phase
+from exporter.base.model import (
+    FailureReason,
+    LogClass,
+    Observation,
+    Phase,
+    ProbeKind,
+    ProbeOutcome,
+    ProbeResult,
+    ProcessSample,
+)
 from exporter.core.classify import LogClassifier
+from exporter.core.lifecycle import Thresholds, initial_state, step
 from exporter.engines.profile import LogProfile
 
 
@@ -78,6 +88,10 @@ def test_each_family_is_fatal_in_wordings_no_fixture_has(line, reason):
         "INFO: request finished in 2 s. Error: none",
         "cause: Caused by a slow disk, retrying",
         "terminated by signal SIGTERM",
+        # a panic recovered by the server, one request's, and an aborted request
+        "2024/01/01 12:00:00 http: panic serving 10.0.0.1:5555: runtime error: index out of range",
+        "[GIN-debug] [Recovery] panic recovered:",
+        "INFO 01-01 00:00:00 [async_llm.py:1] Aborted request cmpl-1234.",
     ],
 )
 def test_their_twins_stay_quiet(line):
@@ -159,3 +173,55 @@ def test_ready_announcements_worded_otherwise_are_ready(line):
 )
 def test_early_or_foreign_announcements_are_not_ready(line):
     assert all(e.phase is not Phase.READY for e in classify(line))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # Go's runtime, bare or under a container runtime's timestamp
+        "panic: runtime error: invalid memory address or nil pointer dereference",
+        "2025-01-01T00:00:05.123456789Z panic: listen tcp :8080: bind: address already in use",
+        "fatal error: concurrent map writes",
+        "goroutine 1 [running]:",
+        # Rust's runtime, C++'s, and an abort as a shell reports it
+        "thread 'main' panicked at src/main.rs:10:5:",
+        "fatal runtime error: stack overflow",
+        "thread 'tokio-runtime-worker' has overflowed its stack",
+        "terminate called without an active exception",
+        "terminate called recursively",
+        "Aborted (core dumped)",
+        "./serve.sh: line 7:  4242 Aborted                 ./server --port 8080",
+    ],
+)
+def test_a_runtime_giving_up_is_a_crash_in_each_languages_words(line):
+    assert fatal_reasons(line)[:1] == [FailureReason.CRASH]
+
+
+def test_a_panic_after_the_listening_line_fails_the_start():
+    # Issue 33: a server that printed its listening line, then panicked before answering a
+    # probe, crashed in its start; it was never a ready server. Classified by the shared
+    # vocabulary alone (an engine without a profile), fed to the lifecycle tick by tick.
+    classifier = LogClassifier(LogProfile())
+    t0 = 1_700_000_000.0
+    proc = ProcessSample(
+        pid=7, create_time=t0, pids=(7,), rss_bytes=2**20, cpu_seconds=1.0, read_bytes=0
+    )
+    refused = ProbeResult(ProbeKind.HEALTH, ProbeOutcome.REFUSED, None, 0.001, t0)
+    ticks = [
+        ["2025/01/01 00:00:01 starting", "2025/01/01 00:00:02 listening on 0.0.0.0:8080"],
+        [
+            'panic: open /models/llama.gguf: no model loaded for "llama"',
+            "",
+            "goroutine 1 [running]:",
+            "main.main()",
+            "\t/src/server/main.go:42 +0x1d",
+        ],
+    ]
+    state = initial_state("t")
+    for i, lines in enumerate(ticks, 1):
+        now = t0 + i
+        events = tuple(e for text in lines for e in classifier.classify(text, at=now))
+        obs = Observation(target="t", at=now, process=proc, health=refused, log_events=events)
+        state = step(state, obs, now, Thresholds())
+    assert (state.phase, state.failure_reason) == (Phase.FAILED, FailureReason.CRASH)
+    assert state.reason_detail is not None and "panic: open /models" in state.reason_detail
