@@ -1,8 +1,8 @@
 """Engine log sources: a plain log file, journald through systemd-python, or ``journalctl``.
 
-I/O only: each ``sample()`` returns the lines that are new, as read: the core screens,
-counts and classifies them, and redacts the few it keeps. It never blocks; failures raise
-``SourceError`` for ``run_source`` to record.
+I/O only: each ``sample()`` returns what is new, as read (a file's whole records as one
+block of bytes): the core screens, counts and classifies it, and redacts the few lines it
+keeps. It never blocks; failures raise ``SourceError`` for ``run_source`` to record.
 This is the one module that imports ``systemd.journal``.
 """
 
@@ -27,9 +27,9 @@ from exporter.sources import TargetSeen, TargetSource
 
 log = logging.getLogger(__name__)
 
-#: Lines one ``sample()`` returns at most; a backlog drains over the next ticks, within
-#: half the tick's time. Reading is cheap (about a µs a line), and so is a line the core's
-#: screen rules out: a flood of 50 MiB drains in a few ticks.
+#: Records one ``sample()`` returns at most; a backlog drains over the next ticks, within
+#: half the tick's time. A sample is one block of bytes, never split here: the core's block
+#: screen rules most of it out in one linear scan, and a flood of 100 MiB drains in seconds.
 LINES_PER_SAMPLE: Final = 250_000
 #: A first read with no saved position starts at most this far before the end of the file.
 MAX_BACKLOG_BYTES: Final = 4 * 2**20
