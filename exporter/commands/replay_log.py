@@ -315,8 +315,10 @@ def _decisive(event: LogEvent) -> bool:
 
 
 def _outcome(phases: Sequence[PhaseChange]) -> str:
-
+    """Ready if it ever got there, unless it failed after the log alone announced it."""
     seen = {p.phase for p in phases}
+    if phases and phases[-1].phase is Phase.FAILED and Phase.SERVING not in seen:
+        return "failed"
     if seen & {Phase.READY, Phase.SERVING}:
         return "ready"
     return "failed" if Phase.FAILED in seen else "incomplete"

@@ -136,3 +136,20 @@ def test_carriage_returns_are_kept_as_updates_of_one_line(tmp_path):
     assert result.progress == ("shards", 5, 5)
     assert result.classes[LogClass.PROGRESS] == 6
     assert [(p.phase, p.line) for p in result.phases] == [("loading", 1), ("initializing", 3)]
+
+
+def test_a_panic_after_the_listening_line_replays_as_a_failed_start(tmp_path):
+    # Issue 33: an engine without a profile prints its listening line, then its runtime
+    # gives up before any request: replay-log (which has no probe) calls the start failed.
+    log = tmp_path / "server.log"
+    log.write_text(
+        "2025/01/01 00:00:01 loading config\n"
+        "2025/01/01 00:00:02 Server listening on http://0.0.0.0:8080\n"
+        "panic: runtime error: invalid memory address or nil pointer dereference\n"
+        "goroutine 1 [running]:\n"
+        "main.main()\n"
+    )
+    result = replay(read_lines(log), "generic", reference=1.7e9)
+    assert result.outcome == "failed"
+    assert result.reason is not None and str(result.reason) == "crash"
+    assert result.reason_detail is not None and "panic: runtime error" in result.reason_detail

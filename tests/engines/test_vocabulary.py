@@ -19,7 +19,7 @@ from exporter.base.model import (
     ProcessSample,
 )
 from exporter.core.classify import LogClassifier
-from exporter.core.lifecycle import Thresholds, initial_state, step
+from exporter.core.lifecycle import TargetState, Thresholds, initial_state, step
 from exporter.engines.profile import LogProfile
 
 
@@ -225,3 +225,34 @@ def test_a_panic_after_the_listening_line_fails_the_start():
         state = step(state, obs, now, Thresholds())
     assert (state.phase, state.failure_reason) == (Phase.FAILED, FailureReason.CRASH)
     assert state.reason_detail is not None and "panic: open /models" in state.reason_detail
+
+
+def _listening_then(fatal_line: str, health: ProbeResult | None) -> TargetState:
+    """A probe-less (or probed) unknown engine: its listening line, then one fatal line."""
+    classifier = LogClassifier(LogProfile())
+    t0 = 1_700_000_000.0
+    proc = ProcessSample(
+        pid=7, create_time=t0, pids=(7,), rss_bytes=2**20, cpu_seconds=1.0, read_bytes=0
+    )
+    state = initial_state("t")
+    for i, text in enumerate(["2025/01/01 00:00:02 listening on 0.0.0.0:8080", fatal_line], 1):
+        now = t0 + i
+        events = tuple(classifier.classify(text, at=now))
+        obs = Observation(target="t", at=now, process=proc, health=health, log_events=events)
+        state = step(state, obs, now, Thresholds())
+    return state
+
+
+def test_a_panic_after_a_listening_line_no_probe_confirmed_fails_the_start():
+    # The log's ready line was the only witness (no probe for this target, as in replay-log):
+    # a runtime that gives up next never served; its start failed, with the panic as detail.
+    state = _listening_then("thread 'main' panicked at src/main.rs:10:5:", None)
+    assert (state.phase, state.failure_reason) == (Phase.FAILED, FailureReason.CRASH)
+    assert state.reason_detail is not None and "panicked at src/main.rs" in state.reason_detail
+
+
+def test_a_fatal_line_after_a_probe_said_ready_is_not_a_failed_start():
+    # A probe that answered OK proved the server up: the fatal line is no start's failure.
+    ok = ProbeResult(ProbeKind.HEALTH, ProbeOutcome.OK, 200, 0.001, 1_700_000_000.0)
+    state = _listening_then("thread 'main' panicked at src/main.rs:10:5:", ok)
+    assert state.phase is Phase.READY

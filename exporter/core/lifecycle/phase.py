@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 from exporter.base.model import (
     STARTUP_PHASES,
@@ -92,6 +93,10 @@ def _weights_done(prev: TargetState, obs: Observation, now: float, th: Threshold
     return prev.progress_ratio is not None and prev.progress_ratio >= 0.95
 
 
+#: How long after a ready line no probe confirmed a fatal line still fails the start.
+UNPROVEN_READY_SECONDS: Final = 60.0
+
+
 def next_phase(
     prev: TargetState, obs: Observation, ev: Evidence, now: float, th: Thresholds
 ) -> tuple[Phase, str, FailureReason | None]:
@@ -103,7 +108,9 @@ def next_phase(
     if obs.gpu_errors and in_startup and health is not Health.OK:
         # The hardware's failure is the cause; the engine's crash lines that follow are not.
         return Phase.FAILED, "the GPU reported a hardware error", FailureReason.GPU_ERROR
-    fatal_now = ev.fatal is not None and (in_startup or prev.phase is Phase.DOWN)
+    fatal_now = ev.fatal is not None and (
+        in_startup or prev.phase is Phase.DOWN or unproven_ready(prev, obs, now)
+    )
     if fatal_now and health is not Health.OK:
         return Phase.FAILED, f"fatal log line: {ev.fatal}", ev.fatal
     if in_startup and health is not Health.OK and (model := failed_model(obs)) is not None:
@@ -133,6 +140,23 @@ def next_phase(
         return prev.phase, prev.reason, prev.failure_reason
     phase, reason = _startup_phase(prev, obs, ev, now, th)
     return phase, reason, None
+
+
+def unproven_ready(state: TargetState, obs: Observation, now: float) -> bool:
+    """Ready by the log's word alone, moments ago: no probe has ever answered the target.
+
+    A listening line is a promise, not proof: a server that then panics, aborts or runs out
+    of memory within ``UNPROVEN_READY_SECONDS`` failed its start (a native runtime crashing
+    just after "listening on", the start ``replay-log`` reads). With a probe that answered
+    OK the server was up, and a fatal line hours later is a death (vllm-20-ready).
+    """
+    return (
+        state.phase is Phase.READY
+        and state.last_health is None
+        and obs.health is None
+        and state.ready_at is not None
+        and now - state.ready_at <= UNPROVEN_READY_SECONDS
+    )
 
 
 def unsampled_start(state: TargetState) -> bool:

@@ -111,8 +111,9 @@ TRANSITIONS: Final[Mapping[Phase, frozenset[Phase]]] = {
     ),
     Phase.LOADING: frozenset({Phase.INITIALIZING, Phase.READY, Phase.FAILED, Phase.DOWN}),
     Phase.INITIALIZING: frozenset({Phase.READY, Phase.FAILED, Phase.DOWN}),
+    # READY -> FAILED: ready by the log's word alone, then a fatal line (``unproven_ready``).
     Phase.READY: frozenset(
-        {Phase.SERVING, Phase.SLEEPING, Phase.DEGRADED, Phase.DOWN, Phase.STARTING}
+        {Phase.SERVING, Phase.SLEEPING, Phase.DEGRADED, Phase.DOWN, Phase.STARTING, Phase.FAILED}
     ),
     Phase.SERVING: frozenset(
         {Phase.READY, Phase.SLEEPING, Phase.DEGRADED, Phase.DOWN, Phase.STARTING}
