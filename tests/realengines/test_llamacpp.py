@@ -33,6 +33,7 @@ from tests.realengines.engines import (
 pytestmark = [pytest.mark.real_engine, pytest.mark.integration]
 INTERVAL = 0.5
 RESTARTS = 10
+SLOW_TICK = 1.0
 #: 105 MB at 40 MiB/s: loading lasts about 2.5 s, five ticks.
 THROTTLE_BYTES_PER_SECOND = 40 * 2**20
 
@@ -200,7 +201,6 @@ def test_a_cold_page_cache_reads_disk_and_a_warm_one_the_page_cache(
     assert took[1] < took[0] / 2, took
 
 
-
 def _cold_start_histogram(metrics: str, target: str) -> tuple[int, float]:
     """``_count`` and ``_sum`` of the target's cold-start histogram (0, 0.0 before any start)."""
     values = {"count": 0.0, "sum": 0.0}
@@ -215,11 +215,15 @@ def _cold_start_histogram(metrics: str, target: str) -> tuple[int, float]:
 
 
 def _ready_again(exp, engine, known: list[float]) -> dict:
-    """The first ``/status`` document showing a process not in ``known`` ready (or serving)."""
+    """The first ``/status`` document showing a process not in ``known`` ready (or serving).
+
+    A start over between a tick's process scan and its probe is ready a tick before its
+    process (and its start time) is found.
+    """
     return watch(
         exp,
         "llama",
-        lambda d: d["phase"] in ("ready", "serving") and d["started_at"] not in known,
+        lambda d: d["phase"] in ("ready", "serving") and d["started_at"] not in (None, *known),
         timeout=60,
         engine=engine,
     ).samples[-1]
@@ -262,3 +266,58 @@ def test_ten_back_to_back_restarts_are_ten_timed_cold_starts(tmp_path, llama_ser
     durations = sum(last["duration_seconds"] for last in starts.values())
     assert math.isfinite(after[1] - before[1])
     assert after[1] - before[1] == pytest.approx(durations, abs=0.01 * RESTARTS)
+
+
+@pytest.mark.parametrize("replacing", [False, True], ids=["from-down", "replacing-a-ready-one"])
+def test_wait_started_after_fails_within_two_ticks_when_the_model_path_is_missing(
+    tmp_path, llama_server, gguf_models, replacing
+):
+    """llama-server exits about 5 ms after it starts: no tick samples the process, its log does.
+
+    ``replacing``: a ready server is stopped and the broken one started at once, as
+    ``systemctl restart`` after a bad config change does. Ticks of a second: a busy
+    two-core box delays a tick by a few hundred milliseconds, not by a second.
+    """
+    port, log_file = free_port(), tmp_path / "llama-server.log"
+    model, missing = gguf_models["tiny"], tmp_path / "no-such-model.gguf"
+    with contextlib.ExitStack() as running:
+        exp = running.enter_context(
+            exporter(tmp_path, _llama_target(port, log_file, model), interval=SLOW_TICK)
+        )
+        old = None
+        if replacing:
+            old = running.enter_context(
+                engine_process(llama_server_cmd(llama_server, model, port), log_file, port)
+            )
+            up = _ready_again(exp, old, [])["started_at"]
+            # wait allows a second of slack for /proc start times: the restart comes later
+            time.sleep(max(0.0, up + 2.0 - time.time()))
+        else:
+            exp.wait_for(lambda t: t["phase"] == "down", "llama", timeout=20)
+        asked = time.time()
+        wait = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "wait", "llama", "--url", exp.url,
+             "--started-after", f"{asked:.3f}", "--timeout", "60s", "--interval", "0.1s"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        running.callback(wait.kill)
+        assert wait.stdout is not None
+        wait.stdout.readline()  # it has seen the target: the wait is on
+        if old is not None:
+            old.stop()
+        engine = running.enter_context(
+            engine_process(llama_server_cmd(llama_server, missing, port), log_file, port)
+        )
+        assert engine.proc.wait(timeout=30) != 0
+        died = time.monotonic()
+        out, err = wait.communicate(timeout=90)
+        waited = time.monotonic() - died
+        doc = exp.target("llama")
+    print(f"wait exited {wait.returncode} {waited:.2f} s after the engine died:", err, sep="\n")
+    assert "exiting due to model loading error" in engine.log_text()
+    assert wait.returncode == 1, (out, err)
+    assert waited <= 2 * SLOW_TICK, (waited, err, doc["transitions"])
+    assert "fatal log line: crash" in err and "failed to load model" in err, err
+    assert doc["phase"] == "failed" and doc["failure_reason"] == "crash", doc["reason"]
+    last = doc["last_cold_start"]
+    assert last is not None and last["outcome"] == "failed" and last["started_at"] >= asked

@@ -213,6 +213,21 @@ def record_death(state: TargetState, now: float, how: str) -> TargetState:
     )
 
 
+def end_with(state: TargetState, lines: tuple[LogEvent, ...], now: float) -> TargetState:
+    """The previous server's last ``lines`` counted, and its death at ``now`` if it was up."""
+    state = replace(
+        state,
+        notable_lines=notable(state.notable_lines, lines),
+        counters=count_lines(state.counters, lines, LogTally()),
+    )
+    if state.phase not in UP_PHASES:
+        return state
+    fatal = next((e for e in lines if e.cls is LogClass.FATAL and e.fatal_reason), None)
+    return record_death(
+        replace(state, fatal_while_up=fatal or state.fatal_while_up), now, "process exited"
+    )
+
+
 def started_while_watched(prev: TargetState, create_time: float) -> bool:
     """The process began after this exporter's first tick: its whole start was watched.
 
