@@ -18,8 +18,13 @@ LOG_PROFILE: Final = LogProfile(
     markers=(
         # ENGINES.md llama.cpp: the socket is up *before* the load, so not ready
         marker(r"HTTP server is listening, hostname", "http_up"),
-        # ENGINES.md llama.cpp ("main: loading model"); llamacpp-01-ready, llamacpp-03-oom
-        marker(r"main: loading model|load_tensors: loading model tensors", "weights_begin", _L),
+        # ENGINES.md llama.cpp ("main: loading model"); llamacpp-01-ready, llamacpp-03-oom;
+        # newer builds' llamacpp-07-ready ("srv    load_model: loading model '...'")
+        marker(
+            r"main: loading model|load_tensors: loading model tensors|\bload_model: loading model",
+            "weights_begin",
+            _L,
+        ),
         # llamacpp-01-ready ("load_tensors: offloaded 43/43 layers to GPU")
         marker(r"load_tensors: offload(?:ed|ing)", "weights", _L),
         # llamacpp-01-ready ("llama_context: constructing llama_context", KV buffers)

@@ -24,6 +24,7 @@ from exporter.engines.profile import LogPattern, benign, fatal, marker, progress
 _OOM = FailureReason.OOM
 _NCCL = FailureReason.NCCL
 _CRASH = FailureReason.CRASH
+_EXITED = FailureReason.EXITED
 
 #: Memory exhaustion: GPU, host, KV cache, allocator, executor.
 MEMORY: Final[tuple[LogPattern, ...]] = (
@@ -146,6 +147,36 @@ KILLS: Final[tuple[LogPattern, ...]] = (
     ),
 )
 
+#: systemd's unit results (its service_result table) by the reason each names; "timeout"
+#: and "watchdog": TimeoutStartSec= or WatchdogSec= ran out, systemd gave up waiting.
+_UNIT_RESULTS: Final = (
+    ("exit-code|resources|protocol|start-limit-hit", _EXITED),
+    ("signal|core-dump", _CRASH),
+    ("timeout|watchdog", FailureReason.TIMEOUT),
+)
+
+#: systemd's own lines about a unit (PID 1's, read with the unit's journal as ``UNIT=``),
+#: worded in systemd's src/core and unchanged for years: ``unit_log_process_exit`` ("Main
+#: process exited, code=%s, status=%i/%s") and ``unit_log_failure`` ("Failed with result
+#: '%s'."). They tell that the unit's process ended when no process sample caught it (a
+#: start over in milliseconds). Its other endings belong to other families: a kill
+#: (status=9/KILL) to ``KILLS``, an OOM kill ('oom-kill') to ``MEMORY``, an operator's stop
+#: (status=15/TERM) to ``STOPS``, a clean exit (status=0/SUCCESS) to none.
+SYSTEMD: Final[tuple[LogPattern, ...]] = (
+    # issue 33, service.c: "vllm.service: Main process exited, code=exited, status=1/FAILURE";
+    # 203/EXEC: the ExecStart= binary could not be run at all
+    fatal(r"\b(?:Main|Control) process exited, code=exited, status=[1-9]\d*/", _EXITED),
+    # issue 33, service.c: a crash signal, with a core dump ("code=dumped, status=11/SEGV")
+    # or without
+    fatal(
+        r"\bprocess exited, code=(?:dumped, status=|killed, status=\d+/"
+        r"(?:SEGV|ABRT|BUS|ILL|FPE|SYS|TRAP)\b)",
+        _CRASH,
+    ),
+    # issue 33, unit.c ("Failed with result '%s'."): the unit's result, by what it names
+    *(fatal(rf"\bFailed with result '(?:{names})'", why) for names, why in _UNIT_RESULTS),
+)
+
 #: Launcher and supervisor messages: a shard, worker or server that failed, exit codes.
 LAUNCHER: Final[tuple[LogPattern, ...]] = (
     # tgi-02-oom ("Shard 0 failed to start"), triton-03-crash ("failed to load all models"),
@@ -192,7 +223,14 @@ LAUNCHER: Final[tuple[LogPattern, ...]] = (
 )
 
 #: Every shared fatal family, in precedence order (the classifier sorts oom, nccl, crash).
-FATAL: Final[tuple[LogPattern, ...]] = (*MEMORY, *COLLECTIVE, *KILLS, *NATIVE, *LAUNCHER)
+FATAL: Final[tuple[LogPattern, ...]] = (
+    *MEMORY,
+    *COLLECTIVE,
+    *KILLS,
+    *NATIVE,
+    *SYSTEMD,
+    *LAUNCHER,
+)
 
 #: Words at least one of which every ``FATAL`` pattern needs: a line without any skips the
 #: families (two thirds of all lines; the families' own alternation costs ten times more).
@@ -214,6 +252,9 @@ STOPS: Final[tuple[LogPattern, ...]] = (
         r"|\bSIG(?:TERM|INT|QUIT|HUP)\b|\bKeyboardInterrupt\b|\bCancelledError\b"
         r"|received (?:a )?(?:shutdown|termination|stop) (?:signal|request)"
     ),
+    # issue 33: systemd stopping the unit ("Main process exited, code=killed,
+    # status=15/TERM"), the signals the systemd.service docs count as a clean exit
+    benign(r"\bprocess exited, code=killed, status=(?:15/TERM|2/INT|1/HUP|13/PIPE)\b"),
 )
 
 #: Noise every engine's log carries; none of it says anything about the cold start.
@@ -266,6 +307,9 @@ WRAPPERS: Final[tuple[LogPattern, ...]] = (
 
 #: Ready announcements and the progress bar most PyTorch loaders share.
 MARKERS: Final[tuple[LogPattern, ...]] = (
+    # issue 33: systemd's start job for the unit (job.c, "Starting %s...", the unit's
+    # description): a new run begins, and the lines after it are that run's
+    marker(r"^Starting \S.{0,200}\.\.\.$", "unit_start", Phase.STARTING),
     # vllm-05/06-ready, sglang-04-ready: the shard bar of Hugging Face checkpoints, and the
     # same bar drawn by a fast loader ("Loading safetensors using Runai Model Streamer: ...")
     progress(

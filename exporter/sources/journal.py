@@ -31,12 +31,15 @@ log = logging.getLogger(__name__)
 
 #: Entries ``journalctl`` shows from before the exporter started, when no cursor is saved.
 JOURNALCTL_BACKLOG_LINES: Final = 2000
+#: How long the look for a unit's first entry may take before ``journalctl`` follows it.
+JOURNALCTL_CHECK_SECONDS: Final = 5.0
 SYSTEM_JOURNAL_DIRS: Final = ("/var/log/journal", "/run/log/journal")
 NO_JOURNAL_HINT: Final = (
     "no systemd journal on this host (/var/log/journal, /run/log/journal): set journal = false "
     "and a log_file in the target, or mount the journal into the exporter's container"
 )
 _JOURNAL_MAGIC: Final = b"LPKSHHRH"
+_QUIET_JSON: Final = ("--output=json", "--no-pager", "--quiet")
 
 
 @functools.cache
@@ -297,11 +300,17 @@ class JournalLogSource(_JournalFollower):
         r = self._reader
         r.seek_tail()
         last = r.get_previous()
+        if not last:
+            # Nothing logged yet: from the head, so the first burst is read whole. Left at
+            # the tail, the next read would jump to the burst's last entry (sd_journal_next
+            # after a tail seek with no entry before it).
+            r.seek_head()
+            return
         # The unit's own lines carry _SYSTEMD_INVOCATION_ID; systemd's lines about it
         # ("Failed with result 'oom-kill'") carry INVOCATION_ID.
-        invocation = last and (last.get("_SYSTEMD_INVOCATION_ID") or last.get("INVOCATION_ID"))
+        invocation = last.get("_SYSTEMD_INVOCATION_ID") or last.get("INVOCATION_ID")
         if not invocation:
-            return  # nothing logged yet (or no invocation id): follow new entries
+            return  # no invocation id: follow the entries after the last one
         r.flush_matches()
         r.add_match(_SYSTEMD_INVOCATION_ID=str(invocation))
         r.add_disjunction()
@@ -361,16 +370,36 @@ class JournalctlLogSource(_JournalFollower):
 
     def _command(self) -> list[str]:
         cmd = [self._journalctl, "--follow", "--output=json", "--no-pager", "--all"]
-        cmd += ["--unit", self.unit]
-        if self._journal_dir:
-            cmd += ["--directory", self._journal_dir]
+        cmd += self._selection()
         if self._cursor:
             cmd += ["--after-cursor", self._cursor]
         elif self._since is not None:
             cmd += ["--since", f"@{self._since:.6f}", "--lines=all"]
-        else:
+        elif self._logged_before():
             cmd += [f"--lines={JOURNALCTL_BACKLOG_LINES}"]
+        else:
+            # Nothing logged yet: from the head. Followed from the tail of nothing,
+            # journalctl shows only the last entry of the first burst written.
+            cmd += ["--lines=all"]
         return cmd
+
+    def _selection(self) -> list[str]:
+        where = ["--directory", self._journal_dir] if self._journal_dir else []
+        return ["--unit", self.unit, *where]
+
+    def _logged_before(self) -> bool:
+        """The unit has an entry already (True when journalctl cannot tell)."""
+        try:
+            out = subprocess.run(
+                [self._journalctl, *self._selection(), "--lines=1", *_QUIET_JSON],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=JOURNALCTL_CHECK_SECONDS,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return True
+        return out.returncode != 0 or bool(out.stdout.strip())
 
     def _prepare(self) -> None:
         if self._proc is not None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from exporter.base.model import Phase
+from exporter.base.model import FailureReason, Phase
 from exporter.core.lifecycle import initial_state
-from tests.core.test_lifecycle import OK, T0, proc, run_trace
+from tests.core.test_lifecycle import OK, REFUSED, T0, proc, run_trace
 
 
 def test_a_restart_ready_before_any_tick_saw_it_starting_is_a_timed_cold_start():
@@ -78,3 +78,39 @@ def test_a_process_found_a_tick_late_is_timed_from_its_own_start():
     assert final.counters.cold_starts.count == 1
     assert final.last_cold_start is not None
     assert abs(final.last_cold_start.duration_seconds - 2.5) < 1e-6
+
+
+def test_a_start_the_probe_saw_ready_before_the_scan_found_its_process_is_counted():
+    # Real llama.cpp with a tiny model is ready 35 ms after it starts: between a tick's process
+    # scan and its probe. Without a completion probe nothing moved it on, and it was lost.
+    states = run_trace(
+        [
+            (0, dict(process=None, health=REFUSED)),
+            (1, dict(process=None, health=OK)),
+            (2, dict(process=proc(pid=200, start=T0 + 0.8), health=OK)),
+            (3, dict(process=proc(pid=200, start=T0 + 0.8), health=OK)),
+        ]
+    )
+    final = states[-1]
+    assert final.counters.cold_starts.count == 1
+    assert final.last_cold_start is not None and final.last_cold_start.started_at == T0 + 0.8
+    assert final.last_cold_start.ended_at == T0 + 1  # the tick that saw it ready
+    assert abs(final.last_cold_start.duration_seconds - 0.2) < 1e-6
+
+
+def test_a_restart_seen_ready_before_its_process_counts_one_death_and_its_real_duration():
+    states = run_trace(
+        [
+            (0, dict(process=proc(pid=100, start=T0 - 60), health=OK)),
+            (1, dict(process=None, health=REFUSED)),  # stopped
+            (2, dict(process=None, health=OK)),  # the new one answers; the scan missed it
+            (3, dict(process=proc(pid=200, start=T0 + 1.8), health=OK)),
+        ]
+    )
+    final = states[-1]
+    assert final.counters.deaths == ((FailureReason.EXITED, 1),)
+    assert final.counters.restarts == 1
+    assert [t.to_phase for t in final.transitions] == [Phase.READY, Phase.DOWN, Phase.READY]
+    assert final.counters.cold_starts.count == 1
+    assert final.last_cold_start is not None
+    assert abs(final.last_cold_start.duration_seconds - 0.2) < 1e-6

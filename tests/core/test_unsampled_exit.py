@@ -87,3 +87,59 @@ def test_a_dead_servers_last_lines_read_the_tick_after_its_death_stay_its_own():
     assert final.phase is Phase.FAILED
     assert final.create_time == T0 - 3600
     assert final.last_cold_start is None
+
+
+def _loading(at):
+    return replace(line("srv    load_model: loading model '/m.gguf'", phase=Phase.LOADING), at=at)
+
+
+def test_a_restart_that_fails_unseen_in_the_tick_that_saw_the_server_go_is_a_failed_start():
+    # systemctl restart onto a missing model path: within one tick the ready server stops and
+    # the new llama-server logs its load and its failure and is gone (real llama.cpp, 0.5 s).
+    last_words = replace(line("cleaning up before exit..."), at=T0 + 1.1)
+    states = run_trace(
+        [
+            (0, dict(process=proc(pid=100, start=T0 - 3600), health=OK)),
+            (1, dict(process=proc(pid=100, start=T0 - 3600), health=OK)),
+            (2, dict(process=None, health=None,
+                     log_events=(last_words, _loading(T0 + 1.2), _fatal(T0 + 1.2)))),
+        ]
+    )  # fmt: skip
+    final = states[-1]
+    assert [(t.from_phase, t.to_phase) for t in final.transitions][-3:] == [
+        (Phase.READY, Phase.DOWN),
+        (Phase.DOWN, Phase.LOADING),
+        (Phase.LOADING, Phase.FAILED),
+    ]
+    assert final.transitions[-3].reason == "process exited"  # the fatal line is not its own
+    assert final.phase is Phase.FAILED and final.failure_reason is FailureReason.CRASH
+    assert final.create_time == T0 + 1.2  # /status started_at: after wait's --started-after
+    assert final.last_cold_start is not None and final.last_cold_start.outcome == "failed"
+    assert abs(final.last_cold_start.duration_seconds - 0.8) < 1e-6
+    assert final.counters.deaths == ((FailureReason.EXITED, 1),)
+    assert final.counters.start_failures == ((FailureReason.CRASH, 1),)
+
+
+def test_a_start_with_its_own_load_line_the_tick_after_a_death_is_a_new_failed_start():
+    states = run_trace(
+        [
+            (0, dict(process=proc(pid=100, start=T0 - 3600), health=OK)),
+            (1, dict(process=None, health=None)),  # stopped
+            (2, dict(process=None, health=None, log_events=(_loading(T0 + 1.3), _fatal(T0 + 1.3)))),
+        ]
+    )
+    final = states[-1]
+    assert final.phase is Phase.FAILED and final.create_time == T0 + 1.3
+    assert final.last_cold_start is not None and final.last_cold_start.outcome == "failed"
+
+
+def test_a_server_that_crashes_while_up_with_no_load_line_still_dies_of_its_fatal_line():
+    states = run_trace(
+        [
+            (0, dict(process=proc(pid=100, start=T0 - 3600), health=OK)),
+            (1, dict(process=None, health=None, log_events=(_fatal(T0 + 0.9),))),
+        ]
+    )
+    final = states[-1]
+    assert final.phase is Phase.DOWN and final.last_cold_start is None
+    assert final.reason == "process exited after a fatal log line: crash"

@@ -7,8 +7,12 @@ writes its real log to a file and is found by its command line, as in production
 
 from __future__ import annotations
 
+import contextlib
+import math
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,8 @@ from tests.realengines.engines import (
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.integration]
 INTERVAL = 0.5
+RESTARTS = 10
+SLOW_TICK = 1.0
 #: 105 MB at 40 MiB/s: loading lasts about 2.5 s, five ticks.
 THROTTLE_BYTES_PER_SECOND = 40 * 2**20
 
@@ -193,3 +199,125 @@ def test_a_cold_page_cache_reads_disk_and_a_warm_one_the_page_cache(
     if not warm:
         took[1] = starts[1]["last_cold_start"]["duration_seconds"]
     assert took[1] < took[0] / 2, took
+
+
+def _cold_start_histogram(metrics: str, target: str) -> tuple[int, float]:
+    """``_count`` and ``_sum`` of the target's cold-start histogram (0, 0.0 before any start)."""
+    values = {"count": 0.0, "sum": 0.0}
+    for part in values:
+        m = re.search(
+            rf'^inference_server_cold_start_duration_seconds_{part}\{{target="{target}"\}} (\S+)$',
+            metrics,
+            re.M,
+        )
+        values[part] = float(m.group(1)) if m else 0.0
+    return int(values["count"]), values["sum"]
+
+
+def _ready_again(exp, engine, known: list[float]) -> dict:
+    """The first ``/status`` document showing a process not in ``known`` ready (or serving).
+
+    A start over between a tick's process scan and its probe is ready a tick before its
+    process (and its start time) is found.
+    """
+    return watch(
+        exp,
+        "llama",
+        lambda d: d["phase"] in ("ready", "serving") and d["started_at"] not in (None, *known),
+        timeout=60,
+        engine=engine,
+    ).samples[-1]
+
+
+def test_ten_back_to_back_restarts_are_ten_timed_cold_starts(tmp_path, llama_server, gguf_models):
+    """The tiny model is ready within a tick; each restart follows the last without a pause.
+
+    A restart comes as soon as the exporter has seen the running process ready, so the new
+    process is ready at its first sample, often with no ``down`` tick between the two.
+    """
+    model = gguf_models["tiny"]
+    port, log_file = free_port(), tmp_path / "llama-server.log"
+    cmd = llama_server_cmd(llama_server, model, port)
+    starts: dict[float, dict] = {}
+    with exporter(tmp_path, _llama_target(port, log_file, model), interval=INTERVAL) as exp:
+        with contextlib.ExitStack() as running:
+            engine = running.enter_context(engine_process(cmd, log_file, port))
+            first = _ready_again(exp, engine, [])
+            before = _cold_start_histogram(exp.metrics(), "llama")
+            known = [first["started_at"]]
+            for _ in range(RESTARTS):
+                engine.stop()
+                engine = running.enter_context(engine_process(cmd, log_file, port))
+                doc = _ready_again(exp, engine, known)
+                known.append(doc["started_at"])
+                starts[doc["started_at"]] = doc["last_cold_start"]
+        deadline = time.monotonic() + 10 * INTERVAL
+        after = _cold_start_histogram(exp.metrics(), "llama")
+        while after[0] < before[0] + RESTARTS and time.monotonic() < deadline:
+            time.sleep(0.1)
+            after = _cold_start_histogram(exp.metrics(), "llama")
+        transitions = exp.target("llama")["transitions"]
+    print("cold starts:", *(f"{s and s['duration_seconds']}" for s in starts.values()))
+    assert after[0] - before[0] == RESTARTS, (before, after, transitions)
+    assert len(starts) == RESTARTS
+    for started_at, last in starts.items():
+        assert last is not None and last["started_at"] == started_at, (started_at, last)
+        assert last["outcome"] == "ready" and 0.0 <= last["duration_seconds"] < 30.0, last
+    durations = sum(last["duration_seconds"] for last in starts.values())
+    assert math.isfinite(after[1] - before[1])
+    assert after[1] - before[1] == pytest.approx(durations, abs=0.01 * RESTARTS)
+
+
+@pytest.mark.parametrize("replacing", [False, True], ids=["from-down", "replacing-a-ready-one"])
+def test_wait_started_after_fails_within_two_ticks_when_the_model_path_is_missing(
+    tmp_path, llama_server, gguf_models, replacing
+):
+    """llama-server exits about 5 ms after it starts: no tick samples the process, its log does.
+
+    ``replacing``: a ready server is stopped and the broken one started at once, as
+    ``systemctl restart`` after a bad config change does. Ticks of a second: a busy
+    two-core box delays a tick by a few hundred milliseconds, not by a second.
+    """
+    port, log_file = free_port(), tmp_path / "llama-server.log"
+    model, missing = gguf_models["tiny"], tmp_path / "no-such-model.gguf"
+    with contextlib.ExitStack() as running:
+        exp = running.enter_context(
+            exporter(tmp_path, _llama_target(port, log_file, model), interval=SLOW_TICK)
+        )
+        old = None
+        if replacing:
+            old = running.enter_context(
+                engine_process(llama_server_cmd(llama_server, model, port), log_file, port)
+            )
+            up = _ready_again(exp, old, [])["started_at"]
+            # wait allows a second of slack for /proc start times: the restart comes later
+            time.sleep(max(0.0, up + 2.0 - time.time()))
+        else:
+            exp.wait_for(lambda t: t["phase"] == "down", "llama", timeout=20)
+        asked = time.time()
+        wait = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "wait", "llama", "--url", exp.url,
+             "--started-after", f"{asked:.3f}", "--timeout", "60s", "--interval", "0.1s"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        running.callback(wait.kill)
+        assert wait.stdout is not None
+        wait.stdout.readline()  # it has seen the target: the wait is on
+        if old is not None:
+            old.stop()
+        engine = running.enter_context(
+            engine_process(llama_server_cmd(llama_server, missing, port), log_file, port)
+        )
+        assert engine.proc.wait(timeout=30) != 0
+        died = time.monotonic()
+        out, err = wait.communicate(timeout=90)
+        waited = time.monotonic() - died
+        doc = exp.target("llama")
+    print(f"wait exited {wait.returncode} {waited:.2f} s after the engine died:", err, sep="\n")
+    assert "exiting due to model loading error" in engine.log_text()
+    assert wait.returncode == 1, (out, err)
+    assert waited <= 2 * SLOW_TICK, (waited, err, doc["transitions"])
+    assert "fatal log line: crash" in err and "failed to load model" in err, err
+    assert doc["phase"] == "failed" and doc["failure_reason"] == "crash", doc["reason"]
+    last = doc["last_cold_start"]
+    assert last is not None and last["outcome"] == "failed" and last["started_at"] >= asked

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta, timezone
 
-from exporter.base.model import STARTUP_PHASES, FailureReason, Observation, Phase
+from exporter.base.model import STARTUP_PHASES, FailureReason, LogClass, Observation, Phase
 from exporter.core.classify import reason_detail
 from exporter.core.lifecycle.evidence import Evidence, gather_evidence, next_baseline
 from exporter.core.lifecycle.phase import failed_model, next_phase
@@ -31,6 +31,7 @@ from exporter.core.lifecycle.tracking import (
     begin_instance,
     begin_unseen,
     count_lines,
+    end_with,
     enter,
     new_instance,
     notable,
@@ -41,6 +42,12 @@ from exporter.core.lifecycle.tracking import (
 
 def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> TargetState:
     """Advance one target's state by one observation taken at ``now`` (epoch seconds)."""
+    run = _failed_run(obs)
+    if run is not None and _gone(obs) and _ends_at(prev, run):
+        # A server's end and a start that failed unseen came in one tick: the lines before
+        # the start are the server's last, the start is judged on its own lines.
+        prev = end_with(prev, obs.log_events[:run], now)
+        obs = replace(obs, log_events=obs.log_events[run:])
     state = evolve(prev, finished_start=None)
     if new_instance(prev, obs):
         state = begin_instance(state, obs, now)
@@ -111,16 +118,48 @@ def _failure_detail(
 def _logged_only(prev: TargetState, state: TargetState, obs: Observation) -> bool:
     """A failure while down that only the log saw: a new process the source never found.
 
-    Not on the first tick (an old log), and not in the tick after a death was seen: the
-    dead process's last lines may still be coming in.
+    Not on the first tick (an old log), and not in the tick after a death was seen, the
+    dead process's last lines may still be coming in, unless the lines show a start of
+    their own (``_failed_run``).
     """
     return (
         state.phase is Phase.DOWN
-        and obs.process is None
-        and obs.process_error is None
+        and _gone(obs)
         and prev.first_tick_at is not None
-        and (prev.died_at is None or (prev.updated_at or 0.0) > prev.died_at)
+        and (
+            prev.died_at is None or (prev.updated_at or 0.0) > prev.died_at or _failed_run(obs) == 0
+        )
     )
+
+
+def _failed_run(obs: Observation) -> int | None:
+    """Where a start that failed begins in this tick's lines: a startup marker, then a fatal.
+
+    A server that was up does not announce a startup phase again before it dies, so such
+    lines after it are the next process's (``systemctl restart`` onto a missing model path:
+    llama-server logs "loading model" and "failed to load model" within 5 ms and is gone
+    before any sample). None when no startup marker comes before a fatal line.
+    """
+    begun: int | None = None
+    for i, ev in enumerate(obs.log_events):
+        if begun is None and ev.phase in STARTUP_PHASES:
+            begun = i
+        elif begun is not None and ev.cls is LogClass.FATAL and ev.fatal_reason is not None:
+            return begun
+    return None
+
+
+def _ends_at(prev: TargetState, run: int) -> bool:
+    """The previous server's story ends where the run begins.
+
+    It was up, or it is down and the lines before the run are its last ones.
+    """
+    return prev.phase in UP_PHASES or (prev.phase is Phase.DOWN and run > 0)
+
+
+def _gone(obs: Observation) -> bool:
+    """The process source ran and found no process."""
+    return obs.process is None and obs.process_error is None
 
 
 def _logged_start(prev: TargetState, obs: Observation, now: float) -> float:

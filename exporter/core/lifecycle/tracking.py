@@ -89,6 +89,7 @@ def begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSta
     """A new process: close the previous instance's story, reset the per-start fields."""
     assert obs.process is not None
     state = prev
+    went_up = _up_without_process(prev)
     if prev.pid is not None:
         state = replace(
             state, counters=replace(state.counters, restarts=state.counters.restarts + 1)
@@ -97,11 +98,47 @@ def begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSta
             state = enter(
                 state, Phase.FAILED, "process replaced before ready", FailureReason.EXITED, now
             )
-        elif prev.phase in UP_PHASES:
+        elif prev.phase in UP_PHASES and went_up is None:
             state = record_death(state, now, "process replaced")
     p = obs.process
     fresh = started_while_watched(prev, p.create_time)
-    return _reset_start(state, p.pid, p.create_time, fresh)
+    state = _reset_start(state, p.pid, p.create_time, fresh)
+    if fresh and went_up is not None:
+        # Its probe answered before a scan found it: its start ended when the target went up.
+        state = _ready_at(state, p.create_time, went_up if p.create_time <= went_up else now)
+    return state
+
+
+def _up_without_process(prev: TargetState) -> float | None:
+    """When the target went up with no live process known, if it is up that way.
+
+    A start over within a tick, between the process scan and the probe: the probe answers
+    OK while the scan found nothing, and the process is found a tick later. The process
+    known before, if any, had died first (its death is counted).
+    """
+    if prev.phase not in UP_PHASES:
+        return None
+    up_at = next((t.at for t in reversed(prev.transitions) if t.from_phase not in UP_PHASES), None)
+    if up_at is None:
+        return None
+    known_alive = prev.pid is not None and (prev.died_at is None or prev.died_at > up_at)
+    return None if known_alive else up_at
+
+
+def _ready_at(state: TargetState, began: float, at: float) -> TargetState:
+    """The new process's start (from ``began``) ended at ``at``, the tick it was seen ready."""
+    unseen = add_seconds(state.phase_seconds, Phase.STARTING, max(0.0, at - began))
+    finished = _finish_start(replace(state, phase_seconds=unseen), at, StartOutcome.READY, None)
+    if finished is None:
+        return state
+    return replace(
+        state,
+        phase_seconds=unseen,
+        ready_at=at,
+        counters=_observe_cold_start(state.counters, finished.duration_seconds),
+        finished_start=finished,
+        last_cold_start=finished,
+    )
 
 
 def begin_unseen(state: TargetState, began: float) -> TargetState:
@@ -173,6 +210,21 @@ def record_death(state: TargetState, now: float, how: str) -> TargetState:
         stall_reason=None,
         fatal_while_up=None,
         died_at=now,
+    )
+
+
+def end_with(state: TargetState, lines: tuple[LogEvent, ...], now: float) -> TargetState:
+    """The previous server's last ``lines`` counted, and its death at ``now`` if it was up."""
+    state = replace(
+        state,
+        notable_lines=notable(state.notable_lines, lines),
+        counters=count_lines(state.counters, lines, LogTally()),
+    )
+    if state.phase not in UP_PHASES:
+        return state
+    fatal = next((e for e in lines if e.cls is LogClass.FATAL and e.fatal_reason), None)
+    return record_death(
+        replace(state, fatal_while_up=fatal or state.fatal_while_up), now, "process exited"
     )
 
 
