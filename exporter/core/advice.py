@@ -213,7 +213,8 @@ def follow_bounds(
         per_gpu: the target's memory per GPU index this tick.
     """
     current = bounds.current
-    if state.phase not in STARTUP_PHASES and obs.process is not None:
+    closing = state.finished_start is not None  # a start over within a tick is judged too
+    if state.phase not in STARTUP_PHASES and obs.process is not None and not closing:
         at_rest = current is not None and current.finished and current.pid == obs.process.pid
         if at_rest or (current is None and bounds.last is None):
             return bounds, judged  # a server at rest: nothing to fold in, nothing to judge

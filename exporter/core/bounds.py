@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from exporter.base.model import STARTUP_PHASES, Observation, Phase
+from exporter.base.records import ColdStart
 from exporter.core.lifecycle import TargetState
 from exporter.engines.vocabulary import PEER_WAIT
 
@@ -104,6 +105,9 @@ class PhaseFigures:
         evidence: the last such line, cut.
         quiet_seconds: time since a tick last saw reads, busy cores or GPU, a download
             or memory growth.
+        whole_start: the phase holds a whole start that was over within one tick (a warm
+            restart: ``down`` -> ``ready``), its figures the tree's since it began; the
+            lifecycle times such a start as ``starting``, though its weights loaded in it too.
     """
 
     phase: Phase
@@ -119,6 +123,7 @@ class PhaseFigures:
     peer_lines: int = 0
     evidence: str | None = None
     quiet_seconds: float = 0.0
+    whole_start: bool = False
 
     @property
     def read_bytes_per_second(self) -> float:
@@ -192,7 +197,9 @@ def track(
 ) -> Bounds:
     """The bounds after one tick: counters since the last tick go to the tick's phase.
 
-    A start ends (``finished``) at its first tick outside the startup phases.
+    A start ends (``finished``) at its first tick outside the startup phases. A start the
+    lifecycle closed within the tick it was first seen in gets figures of its own all the
+    same: one phase from the tree's counters since it began, or none without a process.
 
     Args:
         bounds: the target's value before the tick.
@@ -204,16 +211,13 @@ def track(
     p = obs.process
     if p is None and obs.process_error is not None:
         return bounds  # the process source failed this tick: the tree is unseen, not gone
+    closed = _closed_unseen(state)
     if p is None or state.create_time is None:
-        return _finished(bounds) if bounds.last is not None else bounds
-    current = bounds.current
-    if current is None or current.pid != p.pid:
-        bounds = _finished(bounds)
-        if state.phase not in STARTUP_PHASES:
-            return bounds  # a server already up when first seen: no start to explain
-        bounds = replace(bounds, current=StartFigures(p.pid, state.create_time))
-        current = bounds.current
-    assert current is not None
+        running = bounds.current is not None and not bounds.current.finished
+        bounds = _finished(bounds) if bounds.last is not None else bounds
+        if closed is not None and not running:  # a start only its log saw: no figures
+            return replace(bounds, current=StartFigures(0, closed.started_at, finished=True))
+        return bounds
     reading = Reading(
         obs.at,
         state.phase,
@@ -224,6 +228,17 @@ def track(
         p.rss_bytes + (obs.gpu_memory_bytes or 0),
         p.rss_bytes,
     )
+    current = bounds.current
+    if current is None or current.pid != p.pid:
+        bounds = _finished(bounds)
+        if state.phase not in STARTUP_PHASES:
+            if closed is None:
+                return bounds  # a server already up when first seen: no start to explain
+            whole = _whole_start(p.pid, closed.started_at, reading, obs, gpu_ratio, th)
+            return replace(bounds, current=whole, last=reading)
+        bounds = replace(bounds, current=StartFigures(p.pid, state.create_time))
+        current = bounds.current
+    assert current is not None
     last = bounds.last
     if current.finished:
         return bounds  # at rest: the very same value, so nothing downstream is judged again
@@ -238,6 +253,36 @@ def track(
     current = _accumulated(current, last, reading, obs, gpu_ratio, th)
     best = _best(bounds.best_read_bytes_per_second, current.phases[-1], th)
     return replace(bounds, current=current, best_read_bytes_per_second=best, last=reading)
+
+
+def _closed_unseen(state: TargetState) -> ColdStart | None:
+    """The start of the state's own process that the lifecycle closed in this very tick."""
+    closed = state.finished_start
+    return closed if closed is not None and closed.started_at == state.create_time else None
+
+
+def _whole_start(
+    pid: int,
+    began: float,
+    now: Reading,
+    obs: Observation,
+    gpu_ratio: float | None,
+    th: BoundThresholds,
+) -> StartFigures:
+    """A start over within one tick: one ``starting`` phase, its tree's counters since it began.
+
+    A new tree's counters count from nothing at its start, so they are the whole start's;
+    the host's disk reads before this tick went unseen and count nothing. A tree found
+    already exited left no counters: no phase.
+    """
+    if obs.process is not None and obs.process.zombie:
+        return StartFigures(pid, began, finished=True)
+    born = Reading(began, Phase.STARTING, 0, None, 0.0, 0, 0, 0)
+    start = _accumulated(
+        StartFigures(pid, began), born, replace(now, phase=Phase.STARTING), obs, gpu_ratio, th
+    )
+    (f,) = start.phases
+    return replace(start, phases=(replace(f, whole_start=True),), finished=True)
 
 
 def _accumulated(
@@ -340,7 +385,8 @@ def bound_of(
     """The one bound that explains a phase's figures (the order is the precedence).
 
     A loading phase that ended after few reads loaded its weights from the page cache; a
-    running one says so only once memory grows or cores are busy, else it is idle.
+    running one says so only once memory grows or cores are busy, else it is idle. A whole
+    start over within one tick loaded its weights too: mapped with few reads, from the cache.
     """
     rate = f.read_bytes_per_second
     reading = rate >= th.reading_bytes_per_second and f.read_bytes >= th.reading_bytes
@@ -355,7 +401,8 @@ def bound_of(
         return Bound.PEERS
     grew = f.memory_grown_bytes >= th.loaded_bytes
     mapped = f.rss_grown_bytes >= th.loaded_bytes
-    if f.phase is Phase.LOADING and mapped and f.read_bytes < th.cached_share * f.rss_grown_bytes:
+    loads = f.phase is Phase.LOADING or f.whole_start
+    if loads and mapped and f.read_bytes < th.cached_share * f.rss_grown_bytes:
         return Bound.PAGE_CACHE
     if reading:
         slower = best is not None and rate < th.near_best_ratio * best

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from exporter.base.model import (
     GpuReading,
     HostReadings,
@@ -96,3 +98,38 @@ def test_a_log_backlog_shows_only_from_a_source_that_can_tell():
 
     assert (behind.snapshot.log_backlog_bytes, behind.snapshot.log_lag_seconds) == (4096, 2.0)
     assert (journald.snapshot.log_backlog_bytes, journald.snapshot.log_lag_seconds) == (None, None)
+
+
+def _restarted(process: ProcessSample, ready: bool) -> list[TargetReadings]:
+    """A cold start seen reading the disk, the process killed, then ``process`` at once."""
+    return [
+        *_start(4),
+        TargetReadings(probe=_probe(False, T0 + 5)),
+        TargetReadings(process=process, probe=_probe(ready, T0 + 6)),
+    ]
+
+
+def test_a_start_over_within_one_tick_shows_its_own_bounds_not_the_previous_ones():
+    # A warm restart: down -> ready in one tick, its weights mapped from the page cache.
+    warm = ProcessSample(20, T0 + 5.6, (20,), 2 * GIB, 0.3, 1 << 20)
+    outcomes = _run(_restarted(warm, ready=True))
+    cold, after = outcomes[4].snapshot.verdicts.last, outcomes[-1].snapshot.verdicts.last
+
+    assert [p.bound.value for p in cold] == ["disk"]  # the cold start read 1 GiB/s
+    assert outcomes[-1].finished is not None  # the lifecycle timed it: 0.4 s
+    (own,) = after
+    assert (own.figures.phase, own.bound.value) == (Phase.STARTING, "page_cache")
+    assert own.figures.seconds == pytest.approx(0.4)
+    assert own.figures.read_bytes == 1 << 20
+    assert "the weights came from the page cache: a warm start" in own.advice
+
+
+def test_a_start_that_left_no_readings_shows_no_bounds_rather_than_the_previous_ones():
+    # Started and exited between two ticks: only its pid and start time were sampled.
+    gone = ProcessSample(20, T0 + 5.6, (20,), 0, 0.0, None, zombie=True)
+    outcomes = _run(_restarted(gone, ready=False))
+
+    assert outcomes[4].snapshot.verdicts.last
+    assert outcomes[-1].snapshot.state.phase is Phase.FAILED
+    assert outcomes[-1].finished is not None
+    assert outcomes[-1].snapshot.verdicts.last == ()
