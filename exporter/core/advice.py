@@ -137,54 +137,55 @@ def _fastest_earlier(
 def _advice(
     f: PhaseFigures, bound: Bound, best: float | None, th: BoundThresholds
 ) -> tuple[str, float | None]:
-    """The line's head for ``bound``, and what the phase would take at the disk's best."""
-    head = f"{f.phase.value} {format_duration(f.seconds)}: "
+    """The line for ``bound``, and what the phase would take at the disk's best.
+
+    Only a phase that read (disk-bound, or cpu-bound while converting what it read) would
+    go faster on a faster disk.
+    """
+    would_take = None
+    if best and f.read_bytes_per_second < th.near_best_ratio * best:
+        would_take = f.read_bytes / best
+    read = bound is Bound.DISK or (bound is Bound.CPU and f.read_bytes >= th.reading_bytes)
+    line = f"{f.phase.value} {format_duration(f.seconds)}: {_said(f, bound, best, would_take, th)}"
+    return line, would_take if read else None
+
+
+def _said(
+    f: PhaseFigures,
+    bound: Bound,
+    best: float | None,
+    would_take: float | None,
+    th: BoundThresholds,
+) -> str:
+    """What the figures say of ``bound``, after the line's head."""
     read = f"read {format_bytes(f.read_bytes)} at {format_rate(f.read_bytes_per_second)}"
     best_text = f"this disk's best seen {format_rate(best)}" if best else "no best rate seen yet"
     gpu = f.gpu_ratio
     gpu_text = "GPU not read" if gpu is None else f"GPU {gpu:.0%} busy"
-    would_take = None
-    if best and f.read_bytes_per_second < th.near_best_ratio * best:
-        would_take = f.read_bytes / best
-    at_best = f"; at its best this would take {format_duration(would_take)}" if would_take else ""
-    if bound is Bound.DISK:
-        return head + f"{read}; {best_text}: disk-bound{at_best}", would_take
-    if bound is Bound.PAGE_CACHE:
-        return (
-            head + f"read {format_bytes(f.read_bytes)} from the disk, the weights came from "
-            "the page cache: a warm start",
-            None,
-        )
-    if bound is Bound.NETWORK:
-        rate = f.download_bytes / f.seconds if f.seconds > 0 else None
-        return (
-            head + f"downloaded {format_bytes(f.download_bytes)} at {format_rate(rate)}: "
-            "network-bound; a copy of the model on local disk skips this",
-            None,
-        )
     cores = f"{f.cores:.1f} cores busy"
+    if bound is Bound.DISK:
+        at_best = f"; at its best this would take {format_duration(would_take)}"
+        return f"{read}; {best_text}: disk-bound{at_best if would_take else ''}"
+    if bound is Bound.PAGE_CACHE:
+        cached = "the weights came from the page cache: a warm start"
+        return f"read {format_bytes(f.read_bytes)} from the disk, {cached}"
+    if bound is Bound.NETWORK:
+        rate = format_rate(f.download_bytes / f.seconds if f.seconds > 0 else None)
+        local = "network-bound; a copy of the model on local disk skips this"
+        return f"downloaded {format_bytes(f.download_bytes)} at {rate}: {local}"
     if bound is Bound.CPU and f.read_bytes >= th.reading_bytes:
-        return head + f"{read}, below {best_text}, {cores}: cpu-bound (converting weights?)", (
-            would_take
-        )
+        return f"{read}, below {best_text}, {cores}: cpu-bound (converting weights?)"
     if bound is Bound.CPU:
-        return (
-            head + f"{cores}, no reads, {gpu_text}: cpu-bound "
-            "(compile, JIT, tokenizer or quantisation)",
-            None,
-        )
+        return f"{cores}, no reads, {gpu_text}: cpu-bound (compile, JIT, tokenizer or quantisation)"
     if bound is Bound.GPU:
-        return head + f"{gpu_text}, {cores}: gpu-bound (graph capture, warm-up)", None
+        return f"{gpu_text}, {cores}: gpu-bound (graph capture, warm-up)"
     if bound is Bound.PEERS:
-        return (
-            head + f"waiting on other ranks or nodes ({f.evidence}): peers-bound; "
-            "look at the slowest rank or node",
-            None,
-        )
+        slowest = "peers-bound; look at the slowest rank or node"
+        return f"waiting on other ranks or nodes ({f.evidence}): {slowest}"
     what = f"{cores}, no reads, {gpu_text}"
     if f.quiet_seconds >= th.idle_seconds:
         what = f"nothing busy for {format_duration(f.quiet_seconds)} (reads, cores, GPU)"
-    return head + f"{what}: idle (a lock, a sleep, a hang in the making)", None
+    return f"{what}: idle (a lock, a sleep, a hang in the making)"
 
 
 #: The thresholds the daemon judges with (data; docs/architecture.md says where they come from).

@@ -51,7 +51,7 @@ from tests.integration.harness import (
     stop,
     target_toml,
 )
-from tests.integration.test_prometheus import prometheus
+from tests.integration.monitoring import alertmanager, prometheus
 
 pytestmark = pytest.mark.integration
 INTERVAL = 0.5
@@ -109,44 +109,12 @@ def receiver() -> Iterator[Receiver]:
         thread.join()
 
 
-@contextmanager
-def alertmanager(work: Path, hook: str) -> Iterator[str]:
+def shipped_config(hook: str) -> dict[str, Any]:
     """The shipped config, its receiver pointed at ``hook`` and group_interval cut to 5 s."""
-    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    assert binary, "alertmanager missing: apt-get install -y prometheus-alertmanager"
-    config = yaml.safe_load(SHIPPED.read_text())
+    config: dict[str, Any] = yaml.safe_load(SHIPPED.read_text())
     config["route"]["group_interval"] = "5s"
     config["receivers"][0]["webhook_configs"][0]["url"] = hook
-    path = work / "alertmanager.yml"
-    path.write_text(yaml.safe_dump(config))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(work / "alertmanager.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={path}",
-                f"--storage.path={work / 'am-data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--cluster.listen-address=",  # no gossip port: a single instance
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, (work / "alertmanager.log").read_text()
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=2):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "alertmanager never became ready"
-                time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
-        stop(proc)
+    return config
 
 
 def am_alerts(address: str) -> list[dict[str, Any]]:
@@ -209,7 +177,7 @@ def test_alerts_reach_a_receiver_through_the_real_alertmanager(tmp_path):
     began = time.monotonic()
     with ExitStack() as stack:
         hook = stack.enter_context(receiver())
-        am = stack.enter_context(alertmanager(tmp_path, hook.url))
+        am = stack.enter_context(alertmanager(tmp_path, shipped_config(hook.url)))
         hung = stack.enter_context(simulator(tmp_path, weights_mb=64, read_mbps=4, launch=False))
         crashy = stack.enter_context(simulator(tmp_path, launch=False))
         targets = (

@@ -2,137 +2,42 @@
 
 One test follows real simulated cold starts through a real exporter process and saves
 ``artifacts/page.png``; the other serves a hand-built snapshot to check what needs history.
-Debian packages ``chromium`` and ``chromium-driver`` provide the browser; none is downloaded.
+The browser and the page's reading are shared with the other page tests (``browser.py``).
 """
 
 from __future__ import annotations
 
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.wait import WebDriverWait
 
 from exporter.base.model import FailureReason, GpuSample, LogClass, LogEvent, Phase, ProcessSample
-from exporter.base.records import ColdStart
 from exporter.core.lifecycle import initial_state
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.render.page import page_csp
 from exporter_tooling.fakenvml import build_simulated_nvml
+from tests.integration.browser import (
+    ARTIFACTS,
+    T0,
+    cards,
+    loading_after,
+    severe_console_messages,
+    until,
+)
 from tests.integration.harness import ROOT, Simulator, exporter, simulator, stop, target_toml
 from tests.render.test_page import page_server
 
 pytestmark = pytest.mark.integration
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-ARTIFACTS = ROOT / "artifacts"
 INTERVAL = 0.25
 GiB = 2**30
-T0 = 1_700_000_000.0
 ORDER = ["down", "starting", "loading", "initializing", "ready", "serving"]
 XSS = "<img src=x onerror=\"document.title='pwned'\">"
-
-#: Everything the tests read from the page, in one call (the page redraws every second).
-READ_CARDS = """
-const pathOf = (s, sel) => (s.querySelector(sel) || { getAttribute: () => "" }).getAttribute("d");
-return Array.from(document.querySelectorAll("section.target")).map((c) => {
-  const bar = c.querySelector(".progress .bar"), fill = c.querySelector(".progress .fill");
-  const stall = c.querySelector(".badge.stall");
-  return {
-    target: c.dataset.target,
-    phase: c.querySelector(".badge.phase").textContent,
-    stalled: !!stall && stall.getBoundingClientRect().width > 0,
-    progress: fill ? fill.getBoundingClientRect().width / bar.getBoundingClientRect().width : null,
-    eta: fill ? c.querySelector(".progress .eta").textContent : null,
-    reason: c.querySelector(".reason").textContent,
-    rows: Array.from(c.querySelectorAll(".tl-row")).map((r) => ({
-      label: r.querySelector(".label").textContent,
-      segments: Array.from(r.querySelectorAll(".seg")).map((s) => s.textContent),
-      total: r.querySelector(".total").textContent,
-    })),
-    gpus: Array.from(c.querySelectorAll(".gpu")).map((g) =>
-      Array.from(g.children).map((x) => x.textContent).filter(Boolean)),
-    lines: Array.from(c.querySelectorAll(".lines .text")).map((e) => e.textContent),
-    earlier: Array.from(c.querySelectorAll(".lines li.earlier")).map((e) => e.textContent),
-    images: c.querySelectorAll("img").length,
-    strips: Array.from(c.querySelectorAll(".strip")).map((s) => ({
-      title: s.querySelector(".strip-title").textContent,
-      current: pathOf(s, "path.current"),
-      previous: pathOf(s, "path.previous"),
-      bands: Array.from(s.querySelectorAll("rect.band")).map((r) => r.getAttribute("class")),
-      marks: Array.from(s.querySelectorAll("line.mark title")).map((t) => t.textContent),
-      threshold: !!s.querySelector("line.threshold"),
-    })),
-  };
-});
-"""
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={profile}",
-        "--window-size=1200,1000",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-@pytest.fixture
-def page(browser):
-    """The shared browser on a blank page, its console emptied of earlier tests' messages."""
-    browser.get("about:blank")
-    browser.get_log("browser")
-    yield browser
-    browser.get("about:blank")  # stop polling before the test's servers go away
-
-
-def cards(driver) -> dict[str, dict[str, Any]]:
-    return {c["target"]: c for c in driver.execute_script(READ_CARDS)}
-
-
-def until(
-    driver, check: Callable[[dict[str, dict[str, Any]]], bool], what: str, timeout: float = 60
-) -> dict[str, dict[str, Any]]:
-    """Read the page every 0.2 s until ``check`` holds; return what it showed then."""
-    deadline = time.monotonic() + timeout
-    seen: dict[str, dict[str, Any]] = {}
-    while time.monotonic() < deadline:
-        seen = cards(driver)
-        try:
-            if check(seen):
-                return seen
-        except (KeyError, IndexError):  # a card not drawn yet (the first /status in flight)
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"page never showed {what}; last: {seen}")
-
-
-def severe_console_messages(driver) -> list[str]:
-    """Console errors; a CSP violation (a blocked inline script or style) would be one."""
-    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
 
 def restart(sim: Simulator) -> None:
@@ -262,27 +167,11 @@ def luminance(rgb: str) -> float:
 
 def history_snapshot() -> Snapshot:
     """A target loading its third start with history, and a failed one, with hostile text."""
-    prev = ColdStart(
-        T0 - 3600,
-        T0 - 2960,
-        "ready",
-        None,
+    loading = loading_after(
         ((Phase.STARTING, 40.0), (Phase.LOADING, 420.0), (Phase.INITIALIZING, 180.0)),
-        (),
-        None,
-        None,
-    )
-    loading = replace(
-        initial_state("kimi"),
-        phase=Phase.LOADING,
-        phase_since=T0 + 30,
-        create_time=T0,
-        started_at=T0,
-        phase_seconds=((Phase.STARTING, 30.0),),
         progress_ratio=0.45,
         eta_seconds=260.0,
         reason="shard progress in logs",
-        last_cold_start=prev,
         # The previous start's fatal line is still among the notable lines of this one.
         notable_lines=(
             LogEvent(
@@ -310,7 +199,7 @@ def history_snapshot() -> Snapshot:
                 loading,
                 process,
                 tuple((i, 38 * GiB) for i in range(4)),
-                recent_starts=(prev,),
+                recent_starts=(loading.last_cold_start,),
                 typical_start_seconds=640.0,
             ),
             TargetSnapshot(TargetInfo("llama", "llamacpp"), failed),

@@ -7,21 +7,16 @@ Saves ``artifacts/page-bounds.png`` (the README's screenshot is a copy of it).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from exporter.base.model import Phase, ProcessSample
-from exporter.base.records import ColdStart
 from exporter.core.advice import THRESHOLDS, verdicts
 from exporter.core.bounds import Bounds, PhaseFigures, StartFigures
-from exporter.core.lifecycle import initial_state
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
-from tests.integration.test_browser import ARTIFACTS, browser, page, until  # noqa: F401
+from tests.integration.browser import ARTIFACTS, T0, loading_after, until
 from tests.render.test_page import page_server
 
 pytestmark = pytest.mark.integration
-T0 = 1_700_000_000.0
 GiB = 2**30
 READ_TIMELINE = """
 return Array.from(document.querySelectorAll("section.target")).map((c) => ({
@@ -59,39 +54,23 @@ def slow_start() -> Snapshot:
         ),
     )
     judged = verdicts(Bounds(now, (before,), 1.15 * GiB), THRESHOLDS)
-    prev = ColdStart(
-        T0 - 3600,
-        T0 - 3484,
-        "ready",
-        None,
+    state = loading_after(
         ((Phase.STARTING, 28.0), (Phase.LOADING, 48.0), (Phase.INITIALIZING, 40.0)),
-        (),
-        None,
-        None,
-    )
-    state = replace(
-        initial_state("kimi"),
-        phase=Phase.LOADING,
-        phase_since=T0 + 30,
-        create_time=T0,
-        started_at=T0,
-        phase_seconds=((Phase.STARTING, 30.0),),
         progress_ratio=0.9,
         reason="reading weights from disk",
-        last_cold_start=prev,
     )
     process = ProcessSample(9, T0, (9, 10), 14 * GiB, 125.0, 610 * GiB)
     target = TargetSnapshot(
         TargetInfo("kimi", "vllm", "prod", "Kimi-K2"),
         state,
         process,
-        recent_starts=(prev,),
+        recent_starts=(state.last_cold_start,),
         verdicts=judged,
     )
     return Snapshot(taken_at=T0 + 582, targets=(target,), version="test")
 
 
-def test_the_timeline_names_each_phase_bound_and_the_advice_says_what_to_do(page):  # noqa: F811
+def test_the_timeline_names_each_phase_bound_and_the_advice_says_what_to_do(page):
     with page_server(slow_start()) as url:
         page.get(url + "/")
         until(page, lambda s: len(s) == 1, "the target", 20)

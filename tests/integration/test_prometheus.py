@@ -10,35 +10,25 @@ only, and the cold-start histogram holds the healthy start. The rules are a test
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-import shutil
-import subprocess
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from exporter_tooling.fakenvml import build_simulated_nvml, write_state
 from tests.integration.harness import (
-    ROOT,
     Exporter,
     Simulator,
     exporter,
-    free_port,
     simulator,
-    stop,
     target_toml,
 )
+from tests.integration.monitoring import Prometheus, prometheus
 from tests.test_dashboards import DASHBOARDS, exprs, variable_queries
 
 pytestmark = pytest.mark.integration
@@ -47,116 +37,6 @@ GiB = 2**30
 STALL = 'starting = "4s"\nloading = "2s"\ninitializing = "2s"'
 # What Grafana would put in place of its variables for a 1 s scrape interval.
 GRAFANA_VARS = {"$__rate_interval": "4s", "$__range": "1h", "$__interval": "1s"}
-
-
-class Prometheus:
-    """A running Prometheus and the few API calls the test needs."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], port: int) -> None:
-        self.proc = proc
-        self.url = f"http://127.0.0.1:{port}"
-
-    def api(self, path: str, **params: str) -> Any:
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as r:
-                body = json.load(r)
-        except urllib.error.HTTPError as exc:  # 400 for a query that does not parse
-            body = json.load(exc)
-            exc.close()
-        assert body["status"] == "success", f"{params}: {body.get('error')}"
-        return body["data"]
-
-    def query(self, expr: str) -> Any:
-        return self.api("query", query=expr)["result"]
-
-    def query_range(self, expr: str, start: float) -> Any:
-        end = time.time()
-        start = end - math.ceil(end - start)  # on the step grid, so the last step is "now"
-        return self.api(
-            "query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step="1"
-        )["result"]
-
-    def wait_for(self, expr: str, what: str, timeout: float = 40.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with_data = self.query(expr)
-            if with_data:
-                return with_data
-            assert self.proc.poll() is None, "prometheus exited"
-            time.sleep(0.25)
-        raise AssertionError(f"timed out waiting for {what}: {expr}")
-
-
-def fast_rules(out: Path) -> list[Path]:
-    """The repository's rule files with every ``for:`` cut to 1 s."""
-    paths = []
-    for name in ("alerts.yml", "rules.yml"):
-        doc = yaml.safe_load((ROOT / "deploy/prometheus" / name).read_text())
-        for group in doc["groups"]:
-            for rule in group["rules"]:
-                if "for" in rule:
-                    rule["for"] = "1s"
-        paths.append(out / name)
-        paths[-1].write_text(yaml.safe_dump(doc))
-    return paths
-
-
-@contextmanager
-def prometheus(
-    work: Path,
-    target: str,
-    *,
-    rules: list[Path] | None = None,
-    alertmanager: str | None = None,
-    scrape: str = "1s",
-) -> Iterator[Prometheus]:
-    """Prometheus scraping ``target`` every ``scrape`` and evaluating ``rules`` (default:
-    ``fast_rules``) every second; its alerts go to ``alertmanager`` (host:port) when given."""
-    binary = shutil.which("prometheus") or "/usr/bin/prometheus"
-    assert Path(binary).exists(), "prometheus missing: apt-get install -y prometheus"
-    rules = fast_rules(work) if rules is None else rules
-    config: dict[str, Any] = {
-        "global": {"scrape_interval": scrape, "evaluation_interval": "1s"},
-        "rule_files": [str(p) for p in rules],
-        "scrape_configs": [
-            {"job_name": "inference-lifecycle-exporter", "static_configs": [{"targets": [target]}]}
-        ],
-    }
-    if alertmanager:
-        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    with open(work / "prometheus.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={work / 'prometheus.yml'}",
-                f"--storage.tsdb.path={work / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    prom = Prometheus(proc, port)
-    try:
-        _wait_ready(prom, work / "prometheus.log")
-        yield prom
-    finally:
-        stop(proc)
-
-
-def _wait_ready(prom: Prometheus, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert prom.proc.poll() is None, log.read_text()
-        try:
-            with urllib.request.urlopen(prom.url + "/-/ready", timeout=2):
-                return
-        except (urllib.error.URLError, ConnectionError):
-            time.sleep(0.1)
-    raise AssertionError("prometheus never became ready")
 
 
 @contextmanager

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ import pytest
 from tests.integration.harness import ROOT, exporter, free_port
 from tests.realengines.engines import (
     ORDER,
+    EngineProcess,
     complete,
     drop_from_page_cache,
     engine_process,
@@ -51,6 +53,23 @@ def _llama_target(port: int, log_file: Path, model: Path) -> str:
     )
 
 
+@contextlib.contextmanager
+def _throttled_llama(
+    llama_server: Path, model: Path, port: int, log_file: Path, load_mode: str
+) -> Iterator[EngineProcess]:
+    """llama-server loading ``model`` with its disk reads throttled, so a cold load lasts."""
+    with (
+        throttled_reads(model, THROTTLE_BYTES_PER_SECOND) as cgroup,
+        engine_process(
+            llama_server_cmd(llama_server, model, port, load_mode=load_mode),
+            log_file,
+            port,
+            cgroup=cgroup,
+        ) as engine,
+    ):
+        yield engine
+
+
 def test_throttled_cold_start_is_seen_loading_then_ready_then_serving(
     tmp_path, llama_server, gguf_models
 ):
@@ -60,15 +79,7 @@ def test_throttled_cold_start_is_seen_loading_then_ready_then_serving(
     port, log_file = free_port(), tmp_path / "llama-server.log"
     with exporter(tmp_path, _llama_target(port, log_file, model), interval=INTERVAL) as exp:
         assert exp.target("llama")["phase"] == "down"
-        with (
-            throttled_reads(model, THROTTLE_BYTES_PER_SECOND) as cgroup,
-            engine_process(
-                llama_server_cmd(llama_server, model, port, load_mode="dio"),
-                log_file,
-                port,
-                cgroup=cgroup,
-            ) as engine,
-        ):
+        with _throttled_llama(llama_server, model, port, log_file, "dio") as engine:
             timeline = watch(
                 exp,
                 "llama",
@@ -159,15 +170,7 @@ def test_a_cold_page_cache_reads_disk_and_a_warm_one_the_page_cache(
         for warm in (False, True):
             if not warm:
                 drop_from_page_cache(model)
-            with (
-                throttled_reads(model, THROTTLE_BYTES_PER_SECOND) as cgroup,
-                engine_process(
-                    llama_server_cmd(llama_server, model, port, load_mode="none"),
-                    log_file,
-                    port,
-                    cgroup=cgroup,
-                ) as engine,
-            ):
+            with _throttled_llama(llama_server, model, port, log_file, "none") as engine:
                 seen = [s["started_at"] for s in starts]
                 done = watch(
                     exp,

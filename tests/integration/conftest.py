@@ -1,0 +1,26 @@
+"""The integration tests' fixtures: one headless Chromium a module, a blank page a test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from selenium import webdriver
+
+from tests.integration.browser import chromium
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    """A headless Chromium shared by the tests of one module."""
+    with chromium(tmp_path_factory.mktemp("chromium-profile")) as driver:
+        yield driver
+
+
+@pytest.fixture
+def page(browser: webdriver.Chrome) -> Iterator[webdriver.Chrome]:
+    """The shared browser on a blank page, its console emptied of earlier tests' messages."""
+    browser.get("about:blank")
+    browser.get_log("browser")
+    yield browser
+    browser.get("about:blank")  # stop polling before the test's servers go away
