@@ -14,6 +14,7 @@ import pytest
 
 from exporter.base.model import FailureReason, Phase
 from exporter.base.records import ColdStart
+from exporter.commands.client import StatusClient
 from exporter.commands.status import COLUMNS, render_table
 from exporter.core.lifecycle import initial_state
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
@@ -129,7 +130,7 @@ def test_status_watch_redraws_with_sparklines_of_the_real_start(tmp_path, stop):
         exporter(tmp_path, target_toml("sim", sim, completion=False)) as exp,
     ):
         exp.wait_for(lambda t: t["phase"] == "loading", "sim", timeout=30)
-        time.sleep(1.0)  # a few ticks of reads to draw
+        _wait_for_reads_to_draw(exp.url, "sim")
         # Started as a script's background job is: with SIGINT ignored (`trap "" INT`), so
         # the command must not rely on the disposition it inherits.
         argv = [sys.executable, "-m", "exporter", "status", "--url", exp.url, "--watch", "0.3"]
@@ -158,6 +159,24 @@ def test_status_watch_redraws_with_sparklines_of_the_real_start(tmp_path, stop):
     header, row = frames[-1].splitlines()[:2]
     assert header.endswith("GPU MEMORY  READ")
     assert re.search("[▁▂▃▄▅▆▇█]{3,}", row), row  # the read rate over the last ticks
+
+
+def _wait_for_reads_to_draw(url: str, target: str, timeout: float = 30.0) -> None:
+    """Until the ticks the watch draws hold three read rates in a row, one of them reads
+    (a busy machine ticks late: a fixed sleep may cover only one or two)."""
+    client = StatusClient(url)
+    reads: list[float | None] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reads = [r for _, r in client.fetch_trail().get(target, [])]
+            in_a_row = any(None not in reads[i : i + 3] for i in range(len(reads) - 2))
+            if in_a_row and any(reads):  # and one of them read something: a line to draw
+                return
+            time.sleep(0.1)
+    finally:
+        client.close()
+    raise AssertionError(f"no three read rates in a row in /trail: {reads}")
 
 
 def test_the_watch_columns_show_each_targets_sparklines():

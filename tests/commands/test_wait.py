@@ -294,13 +294,17 @@ def world(tmp_path_factory):
             + target_toml("stuck", stuck, interval=INTERVAL, completion=False)
         )
         exp = stack.enter_context(exporter(work, toml, interval=INTERVAL))
-        # Started only now, and the waits on them attach before going on: on a busy machine
-        # a Python process can take seconds to start, and these tests watch whole starts.
-        ok = stack.enter_context(simulator(work, gpus=1, start_seconds=5.0, init_seconds=1.0))
+        # Launched only once the waits on it attached to it while it is down: on a busy
+        # machine a Python process can take seconds to start, and these tests watch whole
+        # starts (the live line its load, however long the waits took to start).
+        ok = stack.enter_context(
+            simulator(work, gpus=1, start_seconds=5.0, init_seconds=1.0, launch=False)
+        )
         add_target(exp, target_toml("ok", ok, interval=INTERVAL))
         exp.wait_for(lambda t: t["target"] == "ok", "ok", timeout=20)
         waits = stack.enter_context(contextlib.closing(Waits(work)))
         start_ok_waits(waits, exp.url, ok)
+        ok.launch()
         # Standalone, a crash is seen only after a first answer: attach before it listens.
         llama = stack.enter_context(
             simulator(
@@ -350,9 +354,9 @@ def test_exit_0_when_serving_with_one_line_per_phase_change(world):
     assert code == 0, out + err
     lines = out.splitlines()
     phases = [re.match(r"\[ *\S+\] ok (\w+):", line).group(1) for line in lines[:-1]]
-    # It attaches wherever the start is by then (early on an idle machine), then prints
-    # exactly one line for each later change.
-    order = ["starting", "loading", "initializing", "ready", "serving"]
+    # It attaches before the engine is launched, then prints exactly one line for each
+    # later change.
+    order = ["down", "starting", "loading", "initializing", "ready", "serving"]
     assert phases == order[order.index(phases[0]) :], out
     assert len(phases) >= 3, out
     assert lines[-1].startswith("ok is serving (cold start took ")
