@@ -13,15 +13,22 @@ import re
 import signal
 import subprocess
 import sys
+import time
+import urllib.error
 
 import pytest
 
 from exporter_tooling.fakenvml import build_simulated_nvml
+from exporter_tooling.simulate.plan import SimEngine, weight_layout
 from tests.httpservers import LoopbackServer, reply
 from tests.integration.harness import exporter, simulator, target_toml
 
 pytestmark = pytest.mark.integration
 INTERVAL = 0.25
+MIB = 2**20
+#: The download scenario's weights and the rate the simulated hub sends them at (6 s).
+DOWNLOAD_BYTES = 24 * MIB
+DOWNLOAD_MIB_PER_SECOND = 4.0
 
 
 @pytest.fixture(scope="module")
@@ -77,28 +84,74 @@ def _download_target(sim, stall: str = "") -> str:
     return target_toml("dl", sim, completion=False, stall=stall)
 
 
+def _follow_download(exp, sim) -> tuple[list[tuple[float, float, dict]], float]:
+    """Every distinct tick of ``dl`` until it is ready, as (sampled_at, taken_at, target),
+    and a time by which every weight file stood complete (renamed from ``.incomplete``)."""
+    files = [s.path for s in weight_layout(SimEngine.SGLANG, sim.files.weights, DOWNLOAD_BYTES)]
+    seen: list[tuple[float, float, dict]] = []
+    done_at = None
+    deadline = time.monotonic() + 90
+    while not seen or seen[-1][2]["phase"] != "ready":
+        assert time.monotonic() < deadline, f"not ready: {seen[-1:]}"
+        if done_at is None and all(p.exists() for p in files):
+            done_at = time.time()
+        with contextlib.suppress(urllib.error.URLError, ConnectionError):
+            doc = exp.status()
+            if doc.get("taken_at") and (not seen or doc["taken_at"] != seen[-1][1]):
+                (dl,) = doc["targets"]
+                seen.append((doc["sampled_at"], doc["taken_at"], dl))
+        time.sleep(0.05)
+    assert done_at is not None
+    return seen, done_at
+
+
 def test_a_start_that_downloads_first_reads_downloading_with_a_rate_and_is_not_stalled(tmp_path):
     with (
-        simulator(tmp_path, scenario="download", weights_mb=24, read_mbps=4.0, gpus=1) as sim,
+        simulator(
+            tmp_path,
+            scenario="download",
+            weights_mb=DOWNLOAD_BYTES // MIB,
+            read_mbps=DOWNLOAD_MIB_PER_SECOND,
+            gpus=1,
+            launch=False,
+        ) as sim,
         exporter(tmp_path, _download_target(sim, 'downloading = "2s"'), interval=INTERVAL) as exp,
     ):
-        seen = exp.wait_for(
-            lambda t: t["phase"] == "downloading" and t["download_bytes"] >= 4 * 2**20, "dl"
-        )
-        assert seen["download_bytes_per_second"] and seen["download_bytes_per_second"] > 2**20
-        assert not seen["stalled"]  # bytes keep arriving: 6 s of download, a 2 s threshold
-        ready = exp.wait_for(lambda t: t["phase"] == "ready", "dl", timeout=60)
-        assert ready["download_bytes"] >= 20 * 2**20
-        assert not any(x["to"] == "failed" for x in ready["transitions"])
-        phases = ready["last_cold_start"]["phase_seconds"]
-        assert phases["downloading"] >= 3.0 and phases["loading"] > 0  # kept apart
+        sim.launch()  # once the exporter watches: the whole download is in its ticks
+        ticks, done_at = _follow_download(exp, sim)
+    docs = [t for _, _, t in ticks]
+    seen = next(t for t in docs if t["phase"] == "downloading" and t["download_bytes"] >= 4 * MIB)
+    assert seen["download_bytes_per_second"] and seen["download_bytes_per_second"] > MIB
+    assert not seen["stalled"]  # bytes keep arriving: 6 s of download, a 2 s threshold
+    ready = docs[-1]
+    assert not any(x["to"] == "failed" for x in ready["transitions"])
+    # What the engine wrote, less what no tick can count: before the first tick that found
+    # its tree (the baseline) and after the last one that saw its files open; at most the
+    # download's rate over those spans, plus the 1 MiB write in flight at each end.
+    total = ready["download_bytes"]
+    found = next(taken for _, taken, t in ticks if t["process"])
+    downloaded = [t["download_bytes"] for t in docs if t["phase"] == "downloading"][-1]
+    last_short = max(sampled for sampled, _, t in ticks if t["download_bytes"] < downloaded)
+    unseen = (found - ready["started_at"]) + max(0.0, done_at - last_short)
+    unseen_bytes = DOWNLOAD_MIB_PER_SECOND * MIB * unseen + 2 * MIB
+    assert DOWNLOAD_BYTES - unseen_bytes <= total <= DOWNLOAD_BYTES + MIB, (total, unseen)
+    # Downloading from a tick no later than the first that showed it to one after the last
+    # that counted less than the phase's bytes; the load kept apart from it.
+    phases = ready["last_cold_start"]["phase_seconds"]
+    first = next(taken for _, taken, t in ticks if t["phase"] == "downloading")
+    assert phases["downloading"] >= last_short - first and phases["loading"] > 0, phases
 
 
 def test_a_download_that_stops_is_flagged_stalled_after_the_threshold(tmp_path):
     with (
-        simulator(tmp_path, scenario="hang-downloading", weights_mb=16, read_mbps=8.0) as sim,
+        simulator(
+            tmp_path, scenario="hang-downloading", weights_mb=16, read_mbps=8.0, launch=False
+        ) as sim,
         exporter(tmp_path, _download_target(sim, 'downloading = "2s"'), interval=INTERVAL) as exp,
     ):
+        # Launched once the exporter watches: a busy machine can take longer to start the
+        # exporter than the engine takes to write half its weights and go silent.
+        sim.launch()
         exp.wait_for(lambda t: t["phase"] == "downloading", "dl")
         stalled = exp.wait_for(lambda t: t["stalled"], "dl", timeout=20)
         assert stalled["phase"] == "downloading"
