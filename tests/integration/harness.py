@@ -24,7 +24,16 @@ from exporter_tooling.simulate.launcher import (
     simulator_argv,
 )
 
-__all__ = ["ROOT", "Exporter", "Simulator", "exporter", "free_port", "simulator", "stop"]
+__all__ = [
+    "ROOT",
+    "Exporter",
+    "Simulator",
+    "exporter",
+    "free_port",
+    "simulated_nvml",
+    "simulator",
+    "stop",
+]
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -242,3 +251,12 @@ def exporter(
         yield exp
     finally:
         stop(proc)
+
+
+def simulated_nvml(state: Path, library_dir: Path) -> dict[str, Any]:
+    """``exporter``'s keyword arguments to read GPUs from the simulated libnvidia-ml.so.1 in
+    ``library_dir`` (the ``nvml_dir`` fixture), which serves the GPUs ``state`` holds."""
+    return {
+        "env": {"SIMULATED_NVML_STATE": str(state)},
+        "extra_exporter": f'nvml_library_dir = "{library_dir}"',
+    }

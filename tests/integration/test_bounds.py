@@ -12,16 +12,10 @@ import re
 
 import pytest
 
-from exporter_tooling.fakenvml import build_simulated_nvml
-from tests.integration.harness import exporter, simulator, target_toml
+from tests.integration.harness import exporter, simulated_nvml, simulator, target_toml
 
 pytestmark = pytest.mark.integration
 INTERVAL = 0.25
-
-
-@pytest.fixture(scope="module")
-def nvml_dir(tmp_path_factory):
-    return build_simulated_nvml(tmp_path_factory.mktemp("nvml")).parent
 
 
 def _judged(t, phase):
@@ -51,8 +45,7 @@ def test_each_scenario_finishes_with_its_bound_in_status_and_metrics(
             tmp_path,
             target_toml("llm", sim, completion=False),
             interval=INTERVAL,
-            env={"SIMULATED_NVML_STATE": str(sim.gpu_state)},
-            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+            **simulated_nvml(sim.gpu_state, nvml_dir),
         ) as exp,
     ):
         sim.launch()  # once the exporter watches: the whole start is seen

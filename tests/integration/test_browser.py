@@ -21,7 +21,6 @@ from exporter.base.model import FailureReason, GpuSample, LogClass, LogEvent, Ph
 from exporter.core.lifecycle import initial_state
 from exporter.core.snapshot import Snapshot, TargetInfo, TargetSnapshot
 from exporter.render.page import page_csp
-from exporter_tooling.fakenvml import build_simulated_nvml
 from tests.integration.browser import (
     ARTIFACTS,
     T0,
@@ -30,7 +29,15 @@ from tests.integration.browser import (
     severe_console_messages,
     until,
 )
-from tests.integration.harness import ROOT, Simulator, exporter, simulator, stop, target_toml
+from tests.integration.harness import (
+    ROOT,
+    Simulator,
+    exporter,
+    simulated_nvml,
+    simulator,
+    stop,
+    target_toml,
+)
 from tests.render.test_page import page_server
 
 pytestmark = pytest.mark.integration
@@ -71,9 +78,8 @@ def follow_demo(driver, midway: Callable[[dict[str, Any]], None]) -> tuple[list[
     return phases, progress
 
 
-def test_page_follows_a_cold_start_a_stall_and_a_restart(tmp_path, page):
+def test_page_follows_a_cold_start_a_stall_and_a_restart(tmp_path, page, nvml_dir):
     browser = page
-    nvml_dir = build_simulated_nvml(tmp_path / "nvml").parent
     stall = 'starting = "20s"\nloading = "2s"\ninitializing = "20s"'
     with (
         simulator(tmp_path, weights_mb=24, read_mbps=6, start_seconds=1.5, init_seconds=2) as demo,
@@ -83,8 +89,7 @@ def test_page_follows_a_cold_start_a_stall_and_a_restart(tmp_path, page):
             target_toml("demo", demo, interval=INTERVAL)
             + target_toml("hang", hang, stall=stall, interval=INTERVAL),
             interval=INTERVAL,
-            env={"SIMULATED_NVML_STATE": str(demo.gpu_state)},
-            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+            **simulated_nvml(demo.gpu_state, nvml_dir),
         ) as exp,
     ):
         with urllib.request.urlopen(exp.url + "/", timeout=5) as reply:

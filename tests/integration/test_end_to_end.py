@@ -14,17 +14,11 @@ import time
 
 import pytest
 
-from exporter_tooling.fakenvml import build_simulated_nvml
-from tests.integration.harness import exporter, simulator, target_toml
+from tests.integration.harness import exporter, simulated_nvml, simulator, target_toml
 
 pytestmark = pytest.mark.integration
 INTERVAL = 0.25
 ORDER = ["down", "starting", "loading", "initializing", "ready", "serving"]
-
-
-@pytest.fixture(scope="module")
-def nvml_dir(tmp_path_factory):
-    return build_simulated_nvml(tmp_path_factory.mktemp("nvml")).parent
 
 
 def phases_seen(doc):
@@ -39,8 +33,7 @@ def test_healthy_cold_start_through_every_phase_with_gpus(tmp_path, nvml_dir):
             tmp_path,
             target_toml("demo", sim),
             interval=INTERVAL,
-            env={"SIMULATED_NVML_STATE": str(sim.gpu_state)},
-            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+            **simulated_nvml(sim.gpu_state, nvml_dir),
         ) as exp,
     ):
         exp.wait_for(lambda t: t["phase"] == "down", "demo")
@@ -199,8 +192,7 @@ def test_xid_79_during_loading_fails_the_start_with_gpu_error(tmp_path, nvml_dir
             tmp_path,
             target_toml("t", sim),
             interval=INTERVAL,
-            env={"SIMULATED_NVML_STATE": str(sim.gpu_state)},
-            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+            **simulated_nvml(sim.gpu_state, nvml_dir),
         ) as exp,
     ):
         doc = exp.wait_for(lambda t: t["phase"] == "failed", "t", timeout=30)

@@ -18,10 +18,9 @@ import urllib.error
 
 import pytest
 
-from exporter_tooling.fakenvml import build_simulated_nvml
 from exporter_tooling.simulate.plan import SimEngine, weight_layout
 from tests.httpservers import LoopbackServer, reply
-from tests.integration.harness import exporter, simulator, target_toml
+from tests.integration.harness import exporter, simulated_nvml, simulator, target_toml
 
 pytestmark = pytest.mark.integration
 INTERVAL = 0.25
@@ -29,11 +28,6 @@ MIB = 2**20
 #: The download scenario's weights and the rate the simulated hub sends them at (6 s).
 DOWNLOAD_BYTES = 24 * MIB
 DOWNLOAD_MIB_PER_SECOND = 4.0
-
-
-@pytest.fixture(scope="module")
-def nvml_dir(tmp_path_factory):
-    return build_simulated_nvml(tmp_path_factory.mktemp("nvml")).parent
 
 
 def _count(metrics: str, family: str) -> float:
@@ -55,8 +49,7 @@ def test_a_vllm_put_to_sleep_and_woken_is_a_wake_not_a_cold_start(tmp_path, nvml
             tmp_path,
             target_toml("llm", sim, engine="vllm", completion=False),
             interval=INTERVAL,
-            env={"SIMULATED_NVML_STATE": str(sim.gpu_state)},
-            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+            **simulated_nvml(sim.gpu_state, nvml_dir),
         ) as exp,
     ):
         exp.wait_for(lambda t: t["phase"] == "ready", "llm", timeout=60)
@@ -180,8 +173,7 @@ def test_workers_left_by_a_crashed_start_are_its_orphans_not_foreign(tmp_path, n
             tmp_path,
             target_toml("crashy", sim, completion=False),
             interval=INTERVAL,
-            env={"SIMULATED_NVML_STATE": str(sim.gpu_state)},
-            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+            **simulated_nvml(sim.gpu_state, nvml_dir),
         ) as exp,
     ):
         try:

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from exporter_tooling.fakenvml import build_simulated_nvml, write_state
+from exporter_tooling.fakenvml import write_state
 from tests.integration.harness import (
     Exporter,
     Simulator,
     exporter,
+    simulated_nvml,
     simulator,
     target_toml,
 )
@@ -84,11 +85,6 @@ def targets_toml(healthy: Simulator, hung: Simulator) -> str:
     )
 
 
-@pytest.fixture(scope="module")
-def nvml_dir(tmp_path_factory):
-    return build_simulated_nvml(tmp_path_factory.mktemp("nvml")).parent
-
-
 def test_dashboards_and_alerts_against_a_real_prometheus(tmp_path, nvml_dir):
     started = time.time()
     gpu_state = tmp_path / "gpus.state"
@@ -101,8 +97,7 @@ def test_dashboards_and_alerts_against_a_real_prometheus(tmp_path, nvml_dir):
             tmp_path,
             targets_toml(healthy, hung),
             interval=INTERVAL,
-            env={"SIMULATED_NVML_STATE": str(gpu_state)},
-            extra_exporter=f'nvml_library_dir = "{nvml_dir}"',
+            **simulated_nvml(gpu_state, nvml_dir),
         ) as exp,
         prometheus(tmp_path, f"127.0.0.1:{exp.port}") as prom,
     ):
