@@ -3,11 +3,12 @@
 ``simulate --engine llamacpp --start-seconds 0 --init-seconds 0`` is ready a moment after it
 starts; killed and started again under a running exporter, most restarts go ``down`` (or
 straight from the old pid) to ``ready`` in one tick. Each is still a cold start, timed from
-the new process's start.
+the new process's start, and shows bounds of its own.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import time
@@ -50,7 +51,7 @@ def test_every_back_to_back_restart_of_a_fast_engine_is_a_timed_cold_start(tmp_p
         sim.ready_at()
         doc = exp.wait_for(lambda t: t["phase"] == "ready", "fast", timeout=20)
         before = _cold_starts(exp.metrics())  # the first start may or may not have been seen
-        starts = set()
+        starts, bounds = set(), []
         for _ in range(RESTARTS):
             assert sim.proc is not None and sim.proc.stdout is not None
             previous = doc["started_at"]
@@ -65,8 +66,11 @@ def test_every_back_to_back_restart_of_a_fast_engine_is_a_timed_cold_start(tmp_p
                 timeout=20,
             )
             starts.add(doc["started_at"])
+            bounds.append(json.dumps(doc["last_start_bounds"]))
             time.sleep(INTERVAL)  # the next restart comes a tick after this one was seen
         assert len(starts) == RESTARTS
+        # Each start shows bounds of its own, never the previous start's (issue 32).
+        assert "[]" not in bounds and len(set(bounds)) == RESTARTS, bounds
         deadline = time.monotonic() + 5
         while _cold_starts(exp.metrics()) < before + RESTARTS and time.monotonic() < deadline:
             time.sleep(0.1)
