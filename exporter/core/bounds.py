@@ -234,7 +234,7 @@ def track(
         if state.phase not in STARTUP_PHASES:
             if closed is None:
                 return bounds  # a server already up when first seen: no start to explain
-            whole = _whole_start(p.pid, closed.started_at, reading, obs, gpu_ratio, th)
+            whole = _whole_start(p.pid, closed, reading, obs, gpu_ratio, th)
             return replace(bounds, current=whole, last=reading)
         bounds = replace(bounds, current=StartFigures(p.pid, state.create_time))
         current = bounds.current
@@ -263,7 +263,7 @@ def _closed_unseen(state: TargetState) -> ColdStart | None:
 
 def _whole_start(
     pid: int,
-    began: float,
+    closed: ColdStart,
     now: Reading,
     obs: Observation,
     gpu_ratio: float | None,
@@ -272,15 +272,16 @@ def _whole_start(
     """A start over within one tick: one ``starting`` phase, its tree's counters since it began.
 
     A new tree's counters count from nothing at its start, so they are the whole start's;
-    the host's disk reads before this tick went unseen and count nothing. A tree found
-    already exited left no counters: no phase.
+    the host's disk reads before this tick went unseen and count nothing. Its time is the
+    lifecycle's (a probe may have seen it ready a tick before the scan found its tree). A
+    tree found already exited left no counters: no phase.
     """
+    began = closed.started_at
     if obs.process is not None and obs.process.zombie:
         return StartFigures(pid, began, finished=True)
     born = Reading(began, Phase.STARTING, 0, None, 0.0, 0, 0, 0)
-    start = _accumulated(
-        StartFigures(pid, began), born, replace(now, phase=Phase.STARTING), obs, gpu_ratio, th
-    )
+    end = replace(now, at=max(began, closed.ended_at), phase=Phase.STARTING)
+    start = _accumulated(StartFigures(pid, began), born, end, obs, gpu_ratio, th)
     (f,) = start.phases
     return replace(start, phases=(replace(f, whole_start=True),), finished=True)
 

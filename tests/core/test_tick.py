@@ -133,3 +133,19 @@ def test_a_start_that_left_no_readings_shows_no_bounds_rather_than_the_previous_
     assert outcomes[-1].snapshot.state.phase is Phase.FAILED
     assert outcomes[-1].finished is not None
     assert outcomes[-1].snapshot.verdicts.last == ()
+
+
+def test_a_start_seen_ready_before_its_tree_was_found_is_timed_as_the_lifecycle_timed_it():
+    # The probe answers a tick before the scan finds the tree (real llama.cpp, tiny model).
+    tree = ProcessSample(20, T0 + 0.8, (20,), 2 * GIB, 0.3, 1 << 20)
+    outcomes = _run(
+        [
+            TargetReadings(probe=_probe(False, T0)),
+            TargetReadings(probe=_probe(True, T0 + 1)),
+            TargetReadings(process=tree, probe=_probe(True, T0 + 2)),
+        ]
+    )
+    finished = outcomes[-1].finished
+    assert finished is not None
+    (own,) = outcomes[-1].snapshot.verdicts.last
+    assert own.figures.seconds == pytest.approx(finished.duration_seconds)  # 0.2 s, not 1.2
