@@ -35,7 +35,8 @@ _BLOCK_EXTRAS: Final = (r"^[ \t]*\n", r"#033\[")
 
 #: One RE2 search: (anchor, text, pos, endpos) -> spans of the groups (group 0 first).
 _Search = Callable[[object, bytes, int, int], list[tuple[int, int]]]
-_UNANCHORED: Final = re2._Anchor.UNANCHORED  # the raw binding's search mode
+_UNANCHORED: Final = re2._Anchor.UNANCHORED  # the raw binding's search modes
+_ANCHORED: Final = re2._Anchor.ANCHOR_START
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,11 @@ class BlockScreen:
     def access_runs(self, data: bytes, pos: int, end: int) -> Iterator[tuple[int, int]]:
         """Each run of consecutive whole access lines in ``data[pos:end]``: (start, end)."""
         while self._access is not None and pos < end:
-            start, stop = self._access(_UNANCHORED, data, pos, end)[0]
+            # Anchored first: serving traffic starts a run where the last one stopped, and an
+            # anchored search skips the reverse scan that finds an unanchored match's start.
+            start, stop = self._access(_ANCHORED, data, pos, end)[0]
+            if start < 0:
+                start, stop = self._access(_UNANCHORED, data, pos, end)[0]
             if start < 0:
                 return
             yield start, stop
