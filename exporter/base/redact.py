@@ -201,23 +201,43 @@ def _screened(pattern: re.Pattern[str]) -> str:
     return re.sub(r"^\(\?<![^)]*\)", "", wide)
 
 
+#: The end of a key ``names_secret`` accepts: a secret word (or "key"), then only words
+#: naming a part of it, then the separator. A screen for ``_PAIR``: "max_tokens=",
+#: "tokenizer:" and "token_count=" are ruled out before ``re`` scans the line.
+_SECRET_KEY_END: Final = (
+    r"(?:token|secret|passw(?:or)?d|pwd|passphrase|key|credentials?|auth(?:orization)?"
+    r"|session(?:id)?|cookie|signature)"
+    r"(?:[_.-]*(?:value|b64|base64|hex|data|raw|str|id))*[_.-]*['\"]?"
+    # Then a separator and a value ``_pair`` keeps no statistic for: "=" with no space or
+    # colon in its separator, or a value quoted, bracketed or holding more than digits and
+    # dots ("#new-token: 821" is a count, and SGLang prints one a request).
+    r"(?:[^\S ]*=[^\S ]*\S|\s*[:=]\s*(?:['\"\[]|[\d.]*[^\d.\s,;)'\"\[\]<>&]))"
+)
+#: ``_ENV_SPACED``'s shape for RE2 (which has no look-ahead), its key holding a secret word
+#: in capitals, as every key ``names_secret`` accepts in that shape does.
+_ENV_SPACED_SHAPE: Final = (
+    r"(?-i:[A-Z0-9_]*(?:" + "|".join(h.upper() for h in _KEY_HINTS) + r")[A-Z0-9_]*"
+    r"[ \t]+[A-Za-z0-9_./+=:-]{8})"
+)
+#: ``_FLAG``'s flag for RE2 (which has no look-ahead).
+_FLAG_SHAPE: Final = r"--[\w-]*(?:api[-_]?key|token|secret|passw(?:or)?d|credential)"
+
 #: What each pass needs, as one linear scan: most lines hold none of it, and the scan
 #: costs a microsecond where the passes cost tens. A pass whose pattern RE2 can read is
-#: screened by the pattern itself, the others by their literals.
+#: screened by the pattern itself, the others by a wider shape or their literals.
 _NEEDS: Final = (
     _screened(_URL_USERINFO),
     "%40",
     _screened(_QUERY_SECRET),
     _screened(_COOKIE),
-    "--",
-    _screened(_PAIR),
-    "_",
-    "|".join(_KEY_HINTS),
+    _FLAG_SHAPE,
+    _SECRET_KEY_END,
+    _ENV_SPACED_SHAPE,
     _screened(_BEARER),
     *("|".join(literals) for literals, _ in _FORMATS),
 )
-_URL, _ENCODED_AT, _QUERY, _COOKIE_PAIR, _DASHES, _KEY_PAIR, _UNDERSCORE, _HINT = range(8)
-_BEARER_WORD, _FORMAT_FROM = 8, 9
+_URL, _ENCODED_AT, _QUERY, _COOKIE_PAIR, _DASHES, _KEY_PAIR, _ENV_NAME = range(7)
+_BEARER_WORD, _FORMAT_FROM = 7, 8
 _SCREEN: Final = screen_of(_NEEDS)
 
 
@@ -241,7 +261,7 @@ def redact(text: str) -> str:
         text = _FLAG.sub(lambda m: f"{m.group(1)}{_hidden(m.group(2))}", text)
     if _KEY_PAIR in found:
         text = _PAIR.sub(_pair, text)
-    if _HINT in found and _UNDERSCORE in found:
+    if _ENV_NAME in found:
         text = _ENV_SPACED.sub(_spaced, text)
     if _BEARER_WORD in found:
         text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)

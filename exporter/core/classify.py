@@ -208,11 +208,14 @@ _INFO_LEVEL: Final = 20
 #: any of ``_LEVEL``'s shapes (a superset: "err" in "stderr" only costs a check), exception
 #: and warning lines, a traceback or a bare frame of one, a loader, a wait on peers, control
 #: characters ``clean`` would strip.
-_SCREEN_EXTRAS: Final = (
+_LEVEL_EXTRAS: Final = (
     r"warn|err|crit|fatal|panic|exception|traceback",
     r"(?:^|\s)[WEF]\d{4} \d\d:\d\d:\d\d",
     r"^\d+\.\d\d\.\d{3}\.\d{3} [WE] ",
     r"\[[WEF](?:\]| \w)",
+)
+_SCREEN_EXTRAS: Final = (
+    *_LEVEL_EXTRAS,
     r"[\x00-\x08\x0b-\x1f\x7f]",
     r'File "[^"]+", line \d+',  # a bare frame opens a traceback (an excerpt cut inside one)
     *(regex.pattern for regex, _ in vocabulary.LOADERS),
@@ -284,6 +287,8 @@ class LogClassifier:
         self._hits: list[int] | None = None
         self._screened: str | None = None
         regexes += [p.regex.pattern for p in self._benign_layer]
+        #: The screen's indices of the level words (``_LEVEL_EXTRAS``), right after the layers.
+        self._level_extras = frozenset(range(len(regexes), len(regexes) + len(_LEVEL_EXTRAS)))
         screen = screen_of([*regexes, *_SCREEN_EXTRAS])
         requests = [p.regex.pattern for p in access.ACCESS]
         flagged = [r for r in (*regexes, *_SCREEN_EXTRAS, TQDM_STATS.pattern) if r not in requests]
@@ -321,24 +326,30 @@ class LogClassifier:
         match = self._match
         if self._traceback is not None or match is None or self._user_any:
             return None
-        # What ``clean`` or ``split_updates`` would change: such a line takes the full path.
-        if "\x1b" in line or "\r" in line or "#033[" in line:
+        if "\r" in line:  # redraws: ``split_updates`` makes several events of the line
             return None
-        if "<" in line and TQDM_STATS.search(line):
+        if "\x1b" in line or "#033[" in line:  # colour codes: matched without, as classify does
+            line = clean(line[: 4 * MAX_LINE_CHARS])
+        if "<" in line and TQDM_STATS.search(line):  # a bar with a line glued after it
             return None
         head = line[:MATCH_CHARS]
         hits = match(head.encode("utf-8", "surrogatepass"))
         if not hits:
             return None if head.isspace() or not head else LogClass.INFO
-        # Known noise (request traffic above all) and nothing else: benign, once ``re``
-        # confirms one of the hits, as the benign layer of ``classify`` would.
-        start, layer = self._benign_from, self._benign_layer
+        # Known noise (request traffic above all), or a level word that may be no level
+        # ("err" in "overrides"), and nothing else: benign once ``re`` confirms one of the
+        # noise hits, as the benign layer of ``classify`` would; info once the line's own
+        # level says info and no traceback begins.
+        start, layer, levels = self._benign_from, self._benign_layer, self._level_extras
+        if any(not (start <= i < start + len(layer) or i in levels) for i in hits):
+            return None
         for i in hits:
-            if not start <= i < start + len(layer):
-                return None
-        for i in hits:
-            if layer[i - start].regex.search(head):
+            if i not in levels and layer[i - start].regex.search(head):
                 return LogClass.BENIGN
+        if any(i in levels for i in hits):
+            if _TRACEBACK_HEAD.search(head) or self._level(head) is not LogClass.INFO:
+                return None
+            return LogClass.INFO
         return None
 
     @property
