@@ -9,6 +9,7 @@ that can match (or trust the set outright where its reading is the same as ``re`
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -52,3 +53,12 @@ def _compiled_screen(regexes: tuple[str, ...]) -> Screen | None:
 def present(screen: Screen, text: str) -> list[int]:
     """The indices of the screen's regexes that occur in ``text`` (unsorted; may be empty)."""
     return screen.Match(text.encode("utf-8", "surrogatepass")) or []
+
+
+def cased(regex: re.Pattern[str]) -> str:
+    """``regex`` for a screen, read as ``re`` reads it: case-sensitive unless compiled ``re.I``.
+
+    On ASCII text a screen's hit on such a pattern is ``re``'s own verdict (RE2's ``\\w``,
+    ``\\d`` and ``\\b`` are ASCII): the caller may trust it without a second search.
+    """
+    return regex.pattern if regex.flags & re.IGNORECASE else f"(?-i:{regex.pattern})"

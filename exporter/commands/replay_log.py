@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from exporter.base.controls import escape_controls
+from exporter.base.linear import cased
 from exporter.base.localzone import local_utc_offset_seconds, local_zone
 from exporter.base.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.core.classify import LogClassifier, Screen, clean, screen_of
@@ -153,8 +154,10 @@ def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None
     for number, line in _detect_candidates(list(itertools.islice(lines, DETECT_LINES))):
         text = clean(line)
         hits = screen.Match(text.encode("utf-8", "surrogatepass")) if screen else range(len(names))
+        # The screen reads each pattern with its own case: on ASCII text its hit is the verdict.
+        trusted = screen is not None and text.isascii()
         for name in dict.fromkeys(names[h] for h in sorted(hits or ())):
-            if any(p.search(text) for p in ENGINES[name].log.detect):
+            if trusted or any(p.search(text) for p in ENGINES[name].log.detect):
                 scores[name] += 1
                 first.setdefault(name, number)
     if not scores:
@@ -185,7 +188,7 @@ def _detect_block() -> BlockScreen | None:
 @functools.cache
 def _detect_screen() -> tuple[tuple[str, ...], Screen | None]:
     """Every engine's tell-tale patterns in one RE2 set, and the engine of each."""
-    pairs = [(n, p.pattern) for n, e in ENGINES.items() for p in e.log.detect]
+    pairs = [(n, cased(p)) for n, e in ENGINES.items() for p in e.log.detect]
     return tuple(n for n, _ in pairs), screen_of(p for _, p in pairs)
 
 
