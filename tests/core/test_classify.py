@@ -497,3 +497,33 @@ def test_lines_that_name_no_loader_get_none():
         "vllm", "INFO 12-01 10:00:09 [default_loader.py:1] Loading weights took 3.83 seconds"
     )
     assert event.loader is None and event.loader_bytes_per_second is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "\x1b[1;36m(APIServer pid=1)\x1b[0;0m INFO 02-05 00:05:28 [api_server.py:1354] vLLM API",
+        "#033[2m2025-04-14T15:51:31.134585Z#033[0m #033[32m INFO#033[0m router: listening",
+        "llama_model_loader: Dumping metadata keys/values. Note: KV overrides do not apply.",
+        "INFO 02-05 00:05:28 [config.py:12] stderr is redirected",
+    ],
+)
+def test_an_info_line_with_colour_codes_or_a_word_like_a_level_is_only_counted(line):
+    classifier = LogClassifier(ENGINES["vllm"].log)
+    assert classifier.plain(line) is LogClass.INFO
+    assert [e.cls for e in classifier.classify(line, at=0.0)] == [LogClass.INFO]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "\x1b[33mWARNING 02-05 00:05:28 [config.py:12] overriding the chat template\x1b[0m",
+        "\x1b[31mERROR\x1b[0m could not reach the model store",
+        "Traceback (most recent call last):",
+        "llama_model_loader: ERROR reading the header of model.gguf",
+    ],
+)
+def test_a_warning_error_or_traceback_is_classified_even_in_colour(line):
+    classifier = LogClassifier(ENGINES["vllm"].log)
+    assert classifier.plain(line) is None
+    assert classifier.classify(line, at=0.0)[0].cls is not LogClass.INFO
