@@ -56,9 +56,9 @@ def present(screen: Screen, text: str) -> list[int]:
 
 
 def cased(regex: re.Pattern[str]) -> str:
-    """``regex`` for a screen, read as ``re`` reads it: case-sensitive unless compiled ``re.I``.
+    r"""``regex`` for a screen, read as ``re`` reads it: case-sensitive unless compiled ``re.I``.
 
-    On ASCII text a screen's hit on such a pattern is ``re``'s own verdict (RE2's ``\\w``,
-    ``\\d`` and ``\\b`` are ASCII): the caller may trust it without a second search.
+    On ASCII text a screen's hit on such a pattern is ``re``'s own verdict (RE2's ``\w``,
+    ``\d`` and ``\b`` are ASCII): the caller may trust it without a second search.
     """
     return regex.pattern if regex.flags & re.IGNORECASE else f"(?-i:{regex.pattern})"

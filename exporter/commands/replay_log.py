@@ -225,7 +225,7 @@ def replay(
     held: list[LogEvent] = []
     for i, ln in enumerate(classified):
         now = max(now, ln.at or now)
-        if i and i < len(classified) - 1 and not any(map(_decisive, ln.events)):
+        if i and i < len(classified) - 1 and not any(_decisive(e, state.phase) for e in ln.events):
             held += ln.events  # it moves no phase: it goes with the next step, as in a tick
             continue
         events, held = (*held, *ln.events), []
@@ -312,9 +312,17 @@ def _flagged(
         yield (first if number is None else number), text
 
 
-def _decisive(event: LogEvent) -> bool:
-    """An event that can move the phase: a marker's phase, a progress bar, a fatal line."""
-    return event.phase is not None or event.progress is not None or event.cls is LogClass.FATAL
+def _decisive(event: LogEvent, phase: Phase) -> bool:
+    """An event that can move the phase: another phase's marker or bar, a fatal line.
+
+    A bar redrawn in the phase it belongs to moves nothing: its lines go with the next step,
+    as a tick's would (a bar logs a line an update: most of a start-up log's events).
+    """
+    if event.cls is LogClass.FATAL:
+        return True
+    if event.phase is not None:
+        return event.phase is not phase
+    return event.progress is not None
 
 
 def _outcome(phases: Sequence[PhaseChange]) -> str:
