@@ -138,6 +138,30 @@ def test_carriage_returns_are_kept_as_updates_of_one_line(tmp_path):
     assert [(p.phase, p.line) for p in result.phases] == [("loading", 1), ("initializing", 3)]
 
 
+def test_a_bar_logged_a_line_an_update_moves_the_phase_at_its_first_line(tmp_path):
+    # Lines of a bar in its own phase go with the next step, as in a tick; the bar that
+    # begins loading still moves the phase at its own line, and the end still moves it on.
+    log = tmp_path / "bars.log"
+    bars = [
+        f"Loading safetensors checkpoint shards: {i * 20:3d}% Completed | {i}/5 [00:0{i}<00:05]"
+        for i in range(6)
+    ]
+    lines = [
+        "INFO 05-12 02:45:30 [api_server.py:1] vLLM API server version 0.9.0",
+        *bars,
+        "INFO 05-12 02:45:35 [loader.py:458] Loading weights took 3.83 seconds",
+    ]
+    log.write_text("".join(f"{line}\n" for line in lines))
+    result = replay(read_lines(log), "vllm")
+    assert result.progress == ("shards", 5, 5)
+    assert result.classes[LogClass.PROGRESS] == 6
+    assert [(p.phase, p.line) for p in result.phases] == [
+        ("starting", 1),
+        ("loading", 2),
+        ("initializing", 8),
+    ]
+
+
 def test_a_panic_after_the_listening_line_replays_as_a_failed_start(tmp_path):
     # Issue 33: an engine without a profile prints its listening line, then its runtime
     # gives up before any request: replay-log (which has no probe) calls the start failed.
