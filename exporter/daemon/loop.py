@@ -9,7 +9,6 @@ history whether or not anyone scrapes); it never dies of a source. Scrapes read 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -50,6 +49,7 @@ from exporter.core.tick import (
     advance_tick,
 )
 from exporter.daemon.clock import AnchoredClock, OverrunLog, anchored_clock
+from exporter.daemon.shared import Holder, SharedRound, SharedSources
 from exporter.daemon.targets import TargetChange, TargetSet
 from exporter.daemon.watched import Watched, make_sources
 from exporter.history import History
@@ -100,6 +100,7 @@ class Daemon:
             MemoryPressureSource(),
         ]
         self._gpu_reading = GpuReading(gpus=())
+        self._shared = SharedSources()
         self._watched = [self._watch(t) for t in settings.targets]
         self._targets = TargetSet(settings)
         self._completions = ThreadPoolExecutor(max_workers=2, thread_name_prefix="completion")
@@ -125,6 +126,7 @@ class Daemon:
                 source.close()
             raise
         world = TargetWorld(state, classifier)
+        sources = self._shared.adopt(sources)
         return Watched(target, sources, world, self._plan(target), completer=completer)
 
     def _plan(self, target: Target) -> TargetPlan:
@@ -205,18 +207,20 @@ class Daemon:
         arrive in the same tick and the reason is the line's, not a bare "exited".
         """
         deadline = time.monotonic() + self.settings.interval_seconds
-        per_target = [w.calls() for w in self._watched]
-        first = [calls[0] for calls in per_target]
+        # targets sharing a source (one tree, one URL, one file) cost one call of it
+        first = SharedRound.of([Holder.of(w, w.sources[:1]) for w in self._watched])
+        rest = SharedRound.of([Holder.of(w, w.sources[1:]) for w in self._watched])
         host = [SourceCall(s) for s in [*self._host_sources, *self._gpus]]
-        rest = host + [c for calls in per_target for c in calls[1:]]
-        done = self._runner.run(first, deadline) + self._runner.run(rest, deadline)
-        statuses = [r.status for r in done]
-        firsts, hosts = done[: len(first)], done[len(first) : len(first) + len(host)]
-        others = iter(done[len(first) + len(host) :])
+        firsts = self._runner.run(first.calls, deadline)
+        done = self._runner.run(host + rest.calls, deadline)
+        hosts, others = done[: len(host)], done[len(host) :]
         by_target = [
-            [head, *itertools.islice(others, len(calls) - 1)]
-            for head, calls in zip(firsts, per_target, strict=True)
+            heads + tails
+            for heads, tails in zip(first.spread(firsts), rest.spread(others), strict=True)
         ]
+        statuses = [r.status for results in by_target for r in results[:1]]
+        statuses += [r.status for r in hosts]
+        statuses += [r.status for results in by_target for r in results[1:]]
         n_host = len(self._host_sources)
         return hosts[:n_host], hosts[n_host:], by_target, statuses
 
@@ -424,7 +428,10 @@ class Daemon:
         self._watched = watched
 
     def _close_sources(self, sources: Sequence[Source[object]]) -> None:
+        """Close each source no other target still holds (``SharedSources.release``)."""
         for source in sources:
+            if not self._shared.release(source):
+                continue
             self._runner.forget(source)
             try:
                 source.close()

@@ -8,7 +8,6 @@ module, its field in ``TargetReadings``, one line here, and its use in the core.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from exporter.base.model import ProbeResult
 from exporter.config import Target
 from exporter.core.observe import TargetReadings, TargetWorld, target_readings
 from exporter.core.tick import TargetPlan
-from exporter.sources import SourceCall, SourceResult, TargetSeen, TargetSource
+from exporter.sources import SourceResult, TargetSeen, TargetSource
 from exporter.sources.logs import make_log_source
 from exporter.sources.model_size import ModelSizeSource
 from exporter.sources.probe import Prober
@@ -62,7 +61,8 @@ class Watched:
 
     Attributes:
         target: its config.
-        sources: its tick sources (``TARGET_SOURCES``), the process tree first.
+        sources: its tick sources (``TARGET_SOURCES``), the process tree first; a shareable
+            one may be held by other targets too (``daemon.shared``).
         world: its core-side memory, as the last tick left it.
         plan: what the core needs from config and history (refreshed after a finished start).
         seen: what the core made of it at the last tick, its sources' next input.
@@ -77,13 +77,6 @@ class Watched:
     completer: Prober | None = None
     next_completion_at: float = 0.0
     completion: Future[ProbeResult] | None = None
-
-    def calls(self) -> list[SourceCall]:
-        """This tick's calls of its sources, each given what the core last saw."""
-        return [
-            SourceCall(s, self.target.name, functools.partial(s.sample, seen=self.seen))
-            for s in self.sources
-        ]
 
     def readings(
         self, results: Sequence[SourceResult[object]], completion: ProbeResult | None

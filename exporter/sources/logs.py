@@ -206,6 +206,14 @@ class FileLogSource:
         #: The file's size at the last look, when it is the file open and not truncated.
         self._seen_size: int | None = None
 
+    @property
+    def share_key(self) -> tuple[object, ...]:
+        """Targets of one file share one reader (``daemon.shared``).
+
+        Its position is saved in the ``offset_file`` of the target that made it first.
+        """
+        return ("file", self.path, self._start_at_end, self.max_lines, self._clock)
+
     def sample(self, deadline: float | None = None, seen: TargetSeen | None = None) -> LogReading:
         """The records appended since the last call, as one block, and how much is left.
 

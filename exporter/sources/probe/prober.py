@@ -88,11 +88,23 @@ class Prober:
             ca_file=ca_file,
             name=target.name,
         )
+        # every input of what ``sample`` asks and how: the API key is in the headers
+        profile = target.profile
+        self._key = (
+            "probe",
+            (target.base_url, target.health_path, self._timeout, tuple(headers)),
+            (max_body_bytes, ca_file, profile.sleep_path, profile.report),
+        )
         self._last: dict[ProbeKind, ProbeOutcome] = {}
         self._sleep_retry_at = 0.0
         self._report: EngineReport | None = None
         self._report_final = False
         self._report_due = 0.0
+
+    @property
+    def share_key(self) -> tuple[object, ...]:
+        """Targets probed alike share one health probe a tick (``daemon.shared``)."""
+        return self._key
 
     def probe_health(self) -> ProbeResult:
         """GET the engine's health path over the kept connection; OK on any 2xx. Never raises."""

@@ -16,7 +16,7 @@ from exporter.base.model import ProcessSample
 from exporter.config import Target
 from exporter.sources import TargetSeen
 from exporter.sources.process.downloads import DownloadWatch
-from exporter.sources.process.finding import Gone, gone_of, make_finder
+from exporter.sources.process.finding import Gone, finder_inputs, gone_of, make_finder
 from exporter.sources.process.procfs import ProcessError, Reading
 from exporter.sources.process.tree import Tree
 
@@ -61,12 +61,18 @@ class ProcessSource:
         self.target = target
         self._finder = make_finder(target, cgroup_root)
         self._rescan_every = max(1, rescan_every)
+        self._key = ("process", finder_inputs(target), cgroup_root, self._rescan_every)
         self._ticks = 0
         self._tree: Tree | None = None
         self._io_error: str | None = None
         self._downloads = DownloadWatch()
         self._sampled_at: float | None = None
         self._told: Gone | None = None
+
+    @property
+    def share_key(self) -> tuple[object, ...]:
+        """Targets that find their process alike read one tree (``daemon.shared``)."""
+        return self._key
 
     def sample(
         self, deadline: float | None = None, seen: TargetSeen | None = None

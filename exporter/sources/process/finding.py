@@ -75,6 +75,12 @@ class _Walked:
         return None
 
 
+def finder_inputs(target: Target) -> tuple[object, ...]:
+    """Every field of ``target`` that ``make_finder`` reads: equal inputs, the same process."""
+    words = target.profile.process_words
+    return (target.unit, target.container_id, target.pidfile, target.cmdline, target.port, words)
+
+
 def make_finder(target: Target, cgroup_root: str) -> Finder:
     """The finder for ``target``'s key: unit, container, pidfile, cmdline, else the port."""
     if target.unit:
