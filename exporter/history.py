@@ -86,6 +86,8 @@ class History:
         self.problem: str | None = None
         self._lost_at: float | None = None
         self._identity = file_identity(path)
+        #: The file as it was when its header last read as sqlite's: unchanged, not read again.
+        self._header_read_at: FileIdentity | None = None
         self._kept: list[_Kept] = []
         #: Recorded starts a failed write (a full disk) left out: written once writes work.
         self._unwritten: list[_Kept] = []
@@ -170,13 +172,14 @@ class History:
         now = time.monotonic() if now is None else now
         if self.path is None:
             return "in_memory"
-        lost = _lost(self.path, self._identity)
+        seen = file_identity(self.path)
+        lost = _lost(self.path, self._identity, seen, self._header_read_at)
         if lost is not None:
             self._replace_lost(lost)
         elif self.problem == "write_failed":
             self._write_unwritten()
         else:
-            self._identity = file_identity(self.path) or self._identity
+            self._identity = self._header_read_at = seen or self._identity
         if self._lost_at is not None and now - self._lost_at >= LOSS_VISIBLE_SECONDS:
             self._lost_at, self.problem = None, None
         return self.problem
@@ -350,9 +353,14 @@ def _p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=20)[18]
 
 
-def _lost(path: str, known: FileIdentity | None) -> str | None:
-    """How the file at ``path`` stopped being the one open: deleted, replaced, truncated."""
-    now = file_identity(path)
+def _lost(
+    path: str, known: FileIdentity | None, now: FileIdentity | None, checked: FileIdentity | None
+) -> str | None:
+    """How the file at ``path`` (``now``) stopped being the one open, if it did.
+
+    Its header is read only when the file changed (size, mtime) since it last read well
+    (``checked``): an idle store costs a stat a tick, not an open and a read as well.
+    """
     if known is None:
         return None
     if now is None:
@@ -363,7 +371,9 @@ def _lost(path: str, known: FileIdentity | None) -> str | None:
         return "truncated"
     # Overwritten in place (same file, no smaller): sqlite would notice only when a page it
     # no longer caches is read, a minute or more later; its header says so at once.
-    if now.size >= len(_SQLITE_MAGIC) and _header(path) not in (_SQLITE_MAGIC, None):
+    if now == checked or now.size < len(_SQLITE_MAGIC):
+        return None
+    if _header(path) not in (_SQLITE_MAGIC, None):
         return "malformed"
     return None
 

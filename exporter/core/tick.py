@@ -187,7 +187,9 @@ def _advance_target(
     forget_departed(world, name, attribution)
     if readings.model_size is not None:
         world.weights_bytes = readings.model_size.weights_bytes
-    th = dataclasses.replace(plan.thresholds, weights_bytes=world.weights_bytes)
+    th = plan.thresholds
+    if th.weights_bytes != world.weights_bytes:  # a copy only for a measured size
+        th = dataclasses.replace(th, weights_bytes=world.weights_bytes)
     before, was_stalled = world.last_phase, world.last_stalled
     state = step(world.state, seen.observation, now, th)
     trails = follow(world.trails, seen.observation, state, seen.gpu_memory_bytes)

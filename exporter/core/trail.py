@@ -123,15 +123,12 @@ def _extend(
     bands = trail.bands
     if not bands or bands[-1][1] != state.phase.value:
         bands = (*bands, (round(now - trail.started_at, 3), state.phase.value))[-MAX_MARKS:]
-    trail = replace(
-        _widened(trail, per_gpu),
-        last=(now, p.read_bytes, p.cpu_seconds),
-        marks=_marked(trail, obs),
-        bands=bands,
-    )
-    gpus = trail.gpus
+    trail = _widened(trail, per_gpu)
+    # one copy of the trail a tick: most ticks only move ``last`` and ``pending``
+    last, marks = (now, p.read_bytes, p.cpu_seconds), _marked(trail, obs)
     if trail.pending + 1 < trail.stride:
-        return replace(trail, pending=trail.pending + 1)
+        return replace(trail, pending=trail.pending + 1, last=last, marks=marks, bands=bands)
+    gpus = trail.gpus
     held = dict(per_gpu)
     values = (
         now - trail.started_at,
@@ -142,7 +139,16 @@ def _extend(
         *(held.get(i) for i in gpus),
     )
     row = struct.pack(_row_format(len(gpus)), *(math.nan if v is None else v for v in values))
-    return _appended(replace(trail, pending=0), row)
+    trail = replace(
+        trail,
+        chunks=_with_row(trail.chunks, row),
+        count=trail.count + 1,
+        pending=0,
+        last=last,
+        marks=marks,
+        bands=bands,
+    )
+    return trail if trail.count <= MAX_POINTS else _thinned(trail, len(row))
 
 
 def _widened(trail: Trail, per_gpu: tuple[tuple[int, int], ...]) -> Trail:
@@ -171,17 +177,11 @@ def _widened(trail: Trail, per_gpu: tuple[tuple[int, int], ...]) -> Trail:
     return replace(trail, gpus=gpus, chunks=chunks)
 
 
-def _appended(trail: Trail, row: bytes) -> Trail:
-    size = len(row)
-    chunks = trail.chunks
-    if chunks and len(chunks[-1]) < ROWS_PER_CHUNK * size:
-        chunks = (*chunks[:-1], chunks[-1] + row)
-    else:
-        chunks = (*chunks, row)
-    trail = replace(trail, chunks=chunks, count=trail.count + 1)
-    if trail.count <= MAX_POINTS:
-        return trail
-    return _thinned(trail, size)
+def _with_row(chunks: tuple[bytes, ...], row: bytes) -> tuple[bytes, ...]:
+    """``chunks`` with ``row`` appended: to the open chunk, or as a new one when it is full."""
+    if chunks and len(chunks[-1]) < ROWS_PER_CHUNK * len(row):
+        return (*chunks[:-1], chunks[-1] + row)
+    return (*chunks, row)
 
 
 def _thinned(trail: Trail, size: int) -> Trail:

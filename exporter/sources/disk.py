@@ -80,7 +80,8 @@ def parse_diskstats(text: str) -> list[DiskStat]:
 
 
 def _all_digits(fields: list[str], *, skip: int) -> bool:
-    return all(f.isdigit() for i, f in enumerate(fields) if i != skip)
+    # one C call a line, not one per field: split() never yields an empty field
+    return "".join(fields[:skip] + fields[skip + 1 :]).isdigit()
 
 
 def classify_by_name(name: str) -> DeviceKind:
@@ -108,7 +109,7 @@ def sum_whole_disks(
     chosen = [
         s
         for s in stats
-        if kinds.get(s.name, classify_by_name(s.name)) is DeviceKind.DISK
+        if (kinds[s.name] if s.name in kinds else classify_by_name(s.name)) is DeviceKind.DISK
         and (only is None or s.name in only)
     ]
     return DiskSample(
