@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,9 @@ from exporter.base.model import Phase
 from exporter.config import Settings, Target
 from exporter.core.snapshot import Snapshot
 from exporter.daemon import Daemon
-from exporter.daemon.shared import SharedSources
+from exporter.daemon.shared import Holder, SharedRound, SharedSources
 from exporter.history import History
+from exporter.sources import TargetSeen, run_source
 from exporter.sources.logs import FileLogSource
 from tests.httpservers import LoopbackServer, reply
 
@@ -121,9 +123,7 @@ def test_two_targets_of_one_engine_read_once_and_each_sees_every_line(tmp_path, 
     assert {("probe", "a"), ("probe", "b")} <= up
 
 
-def test_a_shared_process_that_ends_is_seen_by_every_target_in_the_next_tick(
-    tmp_path, engine
-):
+def test_a_shared_process_that_ends_is_seen_by_every_target_in_the_next_tick(tmp_path, engine):
     log = tmp_path / "engine.log"
     log.write_text("")
     with LoopbackServer({"/health": reply(200)}) as server:
@@ -180,3 +180,34 @@ def test_sources_of_one_file_are_one_instance_closed_with_its_last_holder(tmp_pa
     assert shared.release(second) is True  # the last holder: the caller closes it
     second.close()
     assert shared.release(elsewhere) is True
+
+
+class _Recording:
+    """A source that remembers what it was told; stands in where only the plumbing matters."""
+
+    name = "process"
+
+    def __init__(self) -> None:
+        self.seen: list[TargetSeen | None] = []
+
+    def sample(self, deadline: float, seen: TargetSeen | None = None) -> int:
+        self.seen.append(seen)
+        return len(self.seen)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def test_a_shared_source_is_called_once_a_round_and_at_rest_only_when_every_holder_is():
+    shared, own = _Recording(), _Recording()
+    holders = [
+        Holder("a", [shared], TargetSeen(at_rest=True, starts_finished=2)),
+        Holder("b", [shared, own], TargetSeen(at_rest=False, starts_finished=1)),
+    ]
+    rnd = SharedRound.of(holders)
+    results = [run_source(c.source.name, partial(c.sample, 0.0)) for c in rnd.calls]
+    spread = rnd.spread(results)
+    assert shared.seen == [TargetSeen(at_rest=False, starts_finished=3)]  # b is starting
+    assert own.seen == [TargetSeen(at_rest=False, starts_finished=1)]
+    assert [[r.value for r in mine] for mine in spread] == [[1], [1, 1]]
+    assert [[r.status.target for r in mine] for mine in spread] == [["a"], ["b", "b"]]

@@ -78,11 +78,6 @@ class SharedSources:
         del self._by_key[key], self._keys[id(source)]
         return True
 
-    def holders(self, source: Source[object]) -> int:
-        """How many targets hold ``source`` (1 for one not shared)."""
-        key = self._keys.get(id(source))
-        return 1 if key is None else self._by_key[key].holders
-
 
 @dataclass(frozen=True, slots=True)
 class Holder:
