@@ -6,7 +6,9 @@ decides what the line means.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Final
@@ -91,6 +93,42 @@ def _tzinfo(tz: str | None) -> timezone | None:
     return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
 
 
+#: Years whose zone changes all fall on whole minutes of local time (older ones, such as
+#: local mean time's, may not): a minute's start then tells every second of it.
+_WHOLE_MINUTE_ZONES_FROM: Final = 1980
+
+
+@functools.lru_cache(maxsize=1024)
+def _minute_start(
+    year: int, month: int, day: int, hour: int, minute: int, tz: tzinfo
+) -> int | None:
+    """Unix seconds at the start of one local minute in ``tz``; None for no such date.
+
+    A log's lines share their minutes: the zone's offset is looked up once a minute, not once
+    a line.
+    """
+    try:
+        return round(datetime(year, month, day, hour, minute, tzinfo=tz).timestamp())
+    except ValueError:  # glog's "E0000 00:00:..." carries no date at all
+        return None
+
+
+def _seconds(g: dict[str, str | None], year: int, tz: tzinfo) -> float | None:
+    """A timestamp's groups as Unix seconds (``datetime.timestamp``'s value), or None."""
+    parts = int(g["mo"] or 0), int(g["d"] or 0), int(g["h"] or 0), int(g["mi"] or 0)
+    second, micro = int(g["s"] or 0), int((g.get("f") or "0").ljust(6, "0"))
+    zone = _tzinfo(g.get("tz")) or tz
+    if year < _WHOLE_MINUTE_ZONES_FROM:
+        try:
+            return datetime(year, *parts, second, micro, tzinfo=zone).timestamp()
+        except ValueError:
+            return None
+    start = _minute_start(year, *parts, zone)
+    if start is None or second > 59:  # datetime takes no leap second
+        return None
+    return ((start + second) * 1_000_000 + micro) / 1_000_000  # as timestamp() divides
+
+
 def parse_timestamp(
     text: str, *, default_year: int, tz: tzinfo = UTC
 ) -> tuple[float, int | None] | None:
@@ -103,27 +141,20 @@ def parse_timestamp(
         (seconds, year printed in the line or None), or None when the line has no timestamp.
     """
     head = text[:_TS_WINDOW]
-    formats = (
-        _TS_FORMATS if _TS_SCREEN is None else [_TS_FORMATS[i] for i in present(_TS_SCREEN, head)]
-    )
+    if _TS_SCREEN is None:
+        formats: Iterable[re.Pattern[str]] = _TS_FORMATS
+    else:
+        hits = _TS_SCREEN.Match(head.encode("utf-8", "surrogatepass"))
+        if not hits:
+            return None
+        formats = [_TS_FORMATS[i] for i in sorted(hits)]
     found = [m for m in (f.search(head) for f in formats) if m]
     for m in sorted(found, key=lambda m: m.start()):
         g = m.groupdict()
         year = int(g["y"]) if g.get("y") else None
-        try:
-            stamp = datetime(
-                year or default_year,
-                int(g["mo"]),
-                int(g["d"]),
-                int(g["h"]),
-                int(g["mi"]),
-                int(g["s"]),
-                int((g.get("f") or "0").ljust(6, "0")),
-                tzinfo=_tzinfo(g.get("tz")) or tz,
-            )
-        except ValueError:  # glog's "E0000 00:00:..." carries no date at all
-            continue
-        return stamp.timestamp(), year
+        seconds = _seconds(g, year or default_year, tz)
+        if seconds is not None:
+            return seconds, year
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -136,6 +137,22 @@ def test_a_december_stamp_read_in_january_belongs_to_last_year():
     c = LogClassifier(ENGINES["vllm"].log)
     (event,) = c.classify("INFO 12-31 23:59:00 [core.py:1] x", at=local(2026, 1, 1, 0, 5))
     assert event.at == local(2025, 12, 31, 23, 59)
+
+
+def test_stamps_across_a_daylight_saving_change_keep_each_minutes_offset():
+    # Offsets are looked up once a minute: lines in one minute share it, the next may not.
+    berlin = ZoneInfo("Europe/Berlin")  # clocks went back at 03:00 CEST on 2025-10-26
+    c = LogClassifier(ENGINES["sglang"].log, tz=berlin)
+    stamps = [
+        "2025-10-26 01:59:59",
+        "2025-10-26 02:30:15",
+        "2025-10-26 03:00:00",
+        "2025-03-30 02:30:00",
+    ]
+    read = [c.classify(f"[{s}] Load weight begin.", at=AT)[0].at for s in stamps]
+    expected = [datetime.fromisoformat(s).replace(tzinfo=berlin).timestamp() for s in stamps]
+    assert read == expected
+    assert read[2] - read[0] == 7201  # 02:00-03:00 came twice (CEST, then CET)
 
 
 def test_glog_lines_without_a_date_keep_the_read_time():
