@@ -19,6 +19,7 @@ from exporter.base.linear import present
 from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.base.redact import redact
 from exporter.core.logblock import BlockScreen, block_screen
+from exporter.core.loglevel import INFO, WARNING, level_class, line_level
 from exporter.core.logtext import (
     FUTURE_SLACK_SECONDS,
     MATCH_CHARS,
@@ -67,37 +68,6 @@ _EXCEPTION = re.compile(
     r"(?:^|[\]\)]\s)\s*(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Exited))(?::\s|\s*$)"
 )
 _NOT_A_CRASH = re.compile(r"KeyboardInterrupt|SystemExit|CancelledError|EngineDeadError")
-_EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): ")
-_WARNING_LINE = re.compile(r"\w+Warning: ")
-#: Where a line's own level field is sought: after timestamps, pids and rank prefixes.
-_LEVEL_WINDOW: Final = 120
-# The line's own level field, whichever comes first: glog "E0416 14:45:07" (triton-04-crash),
-# llama.cpp "0.00.174.294 E" (llamacpp-09-crash), "[E]"/"[E ProcessGroupNCCL" (trtllm-03,
-# tgi-04), upper-case words ("ERROR 02-23", "NCCL WARN"), and any-case fields: "level=error"
-# (ollama-01-ready), '"level":"ERROR"' (tgi-13-crash), "[error]" (mindie-01-nccl), "error:"
-# (triton-03-crash). "NCCL_DEBUG=INFO" is a setting, not a level.
-_LEVEL = re.compile(
-    r"(?:^|\s)(?P<glog>[IWEF])\d{4} \d\d:\d\d:\d\d"
-    r"|^\d+\.\d\d\.\d{3}\.\d{3} (?P<letter>[IWEDT]) "
-    r"|\[(?P<bracket>[IWEDF])(?:\]| \w)"
-    r"|(?<![=/])\b(?P<word>TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL|PANIC)\b"
-    r"|(?:(?i:level)\s*[=:]\s*\"?|\"(?i:level)\"\s*:\s*\"|\[|^|<)"
-    r"(?P<field>(?i:trace|debug|info|notice|warn(?:ing)?|error|err|critical|fatal))"
-    r"(?:\]|\"|\s*:|>|\s|$)"
-)
-_LEVELS: Final[dict[str, int]] = {
-    "t": 10,
-    "d": 10,
-    "i": 20,
-    "n": 20,
-    "w": 30,
-    "e": 40,
-    "c": 50,
-    "f": 50,
-    "p": 50,
-}
-_WARNING: Final = 30
-_ERROR: Final = 40
 #: Markers an engine prints once per launch: what came before belongs to an earlier run.
 _LAUNCH_MARKERS: Final = frozenset({"server_args", "engine_init"})
 #: Precedence of reasons named on one line or in one traceback: the most specific first; a
@@ -109,18 +79,6 @@ _REASON_ORDER: Final[dict[FailureReason | None, int]] = {
 }
 #: Characters of the decisive line kept in a reason detail.
 DETAIL_CHARS: Final = 200
-
-
-def line_level(text: str) -> int | None:
-    """The severity the line's own level field states (10 debug .. 50 fatal), or None.
-
-    Case-insensitive where the field is delimited (``level=error``, ``[error]``, ``error:``);
-    a bare word counts only in capitals, so prose ("an error occurred") is not a level.
-    """
-    m = _LEVEL.search(text[:_LEVEL_WINDOW])
-    if m is None:
-        return None
-    return _LEVELS[next(g for g in m.groups() if g).lower()[0]]
 
 
 def stronger(a: FailureReason, b: FailureReason | None) -> FailureReason:
@@ -202,10 +160,8 @@ def _sorted_fatal(patterns: Iterable[LogPattern]) -> PatternSet:
     return PatternSet(sorted(patterns, key=lambda p: _REASON_ORDER.get(p.fatal_reason, 9)))
 
 
-_INFO_LEVEL: Final = 20
-
 #: What sends a line past the screen besides the patterns: a level of warning or worse in
-#: any of ``_LEVEL``'s shapes (a superset: "err" in "stderr" only costs a check), exception
+#: any of ``loglevel.line_level``'s shapes (a superset: "err" in "stderr" only costs a check), exception
 #: and warning lines, a traceback or a bare frame of one, a loader, a wait on peers, control
 #: characters ``clean`` would strip.
 _LEVEL_EXTRAS: Final = (
@@ -241,7 +197,7 @@ def might_matter(line: str) -> bool:
     """
     head = line[:MATCH_CHARS]
     level = line_level(head)
-    if level is not None and level <= _INFO_LEVEL:  # a flood is INFO chatter, never fatal
+    if level is not None and level <= INFO:  # a flood is INFO chatter, never fatal
         return False
     return _hinted(head) or "Traceback" in head
 
@@ -347,7 +303,7 @@ class LogClassifier:
             if i not in levels and layer[i - start].regex.search(head):
                 return LogClass.BENIGN
         if any(i in levels for i in hits):
-            if _TRACEBACK_HEAD.search(head) or self._level(head) is not LogClass.INFO:
+            if _TRACEBACK_HEAD.search(head) or level_class(head) is not LogClass.INFO:
                 return None
             return LogClass.INFO
         return None
@@ -359,7 +315,7 @@ class LogClassifier:
 
     def level_class(self, line: str) -> LogClass:
         """The class a line's own level gives it (info, warning or error): a flood's count."""
-        return self._level(clean(line[:MATCH_CHARS]))
+        return level_class(clean(line[:MATCH_CHARS]))
 
     def reset(self) -> None:
         """Forget what belongs to one run of the engine (call it when the process changes)."""
@@ -440,7 +396,7 @@ class LogClassifier:
             or self._match_shared(head, at, line_no)
             or self._match_traceback(head, at, line_no)
             or self._match_marker(head, at, line_no)
-            or LogEvent(self._level(head), head, at, line_no=line_no)
+            or LogEvent(level_class(head), head, at, line_no=line_no)
         )
         return replace(event, text=text) if len(text) > len(head) else event
 
@@ -484,7 +440,7 @@ class LogClassifier:
         if not _hinted(text):
             return None
         level = line_level(text)  # cheaper than the families: asked first
-        if level is not None and level < _WARNING:
+        if level is not None and level < WARNING:
             return None
         found = self._first(self._shared_fatal, text)
         if found is None:
@@ -583,14 +539,3 @@ class LogClassifier:
         elif rank in self._ended:
             self._ended.discard(rank)
             self._model_index += 1
-
-    @staticmethod
-    def _level(text: str) -> LogClass:
-        level = line_level(text)
-        if level is None:
-            if _EXCEPTION_LINE.search(text):
-                return LogClass.ERROR
-            return LogClass.WARNING if _WARNING_LINE.search(text) else LogClass.INFO
-        if level >= _ERROR:
-            return LogClass.ERROR
-        return LogClass.WARNING if level >= _WARNING else LogClass.INFO
