@@ -24,6 +24,7 @@ from exporter.core.logtext import (
     FUTURE_SLACK_SECONDS,
     MATCH_CHARS,
     MAX_LINE_CHARS,
+    TIMESTAMP_SCREEN,
     TQDM_STATS,
     clean,
     count_value,
@@ -161,9 +162,9 @@ def _sorted_fatal(patterns: Iterable[LogPattern]) -> PatternSet:
 
 
 #: What sends a line past the screen besides the patterns: a level of warning or worse in
-#: any of ``loglevel.line_level``'s shapes (a superset: "err" in "stderr" only costs a check), exception
-#: and warning lines, a traceback or a bare frame of one, a loader, a wait on peers, control
-#: characters ``clean`` would strip.
+#: any of ``loglevel.line_level``'s shapes (a superset: "err" in "stderr" only costs a
+#: check), exception and warning lines, a traceback or a bare frame of one, a loader, a wait
+#: on peers, control characters ``clean`` would strip.
 _LEVEL_EXTRAS: Final = (
     r"warn|err|crit|fatal|panic|exception|traceback",
     r"(?:^|\s)[WEF]\d{4} \d\d:\d\d:\d\d",
@@ -239,13 +240,29 @@ class LogClassifier:
         layers = (*sets, self._benign, self._shared_quiet)
         starts = itertools.accumulate((len(ps.patterns) for ps in layers), initial=0)
         self._offsets = {id(ps): start for ps, start in zip(layers, starts, strict=False)}
-        #: The screen's sorted hits on ``_screened``, the text ``_event`` is deciding.
+        #: The layer (its ``id``) each of the screen's first indices belongs to.
+        self._layer_of = tuple(id(ps) for ps in layers for _ in ps.patterns)
+        #: The screen's sorted hits on ``_screened``, the text ``_event`` is deciding, and
+        #: the layers they fall in.
         self._hits: list[int] | None = None
+        self._hit_layers: set[int] = set()
         self._screened: str | None = None
         regexes += [p.regex.pattern for p in self._benign_layer]
         #: The screen's indices of the level words (``_LEVEL_EXTRAS``), right after the layers.
         self._level_extras = frozenset(range(len(regexes), len(regexes) + len(_LEVEL_EXTRAS)))
+        loaders = len(regexes) + _SCREEN_EXTRAS.index(vocabulary.LOADERS[0][0].pattern)
+        self._loader_hits = frozenset(range(loaders, loaders + len(vocabulary.LOADERS)))
         screen = screen_of([*regexes, *_SCREEN_EXTRAS])
+        # A piece's screen: the same, then the shared fatal words and the timestamp formats,
+        # so one scan of a piece answers every question ``classify`` asks of it.
+        self._hint_at = len(regexes) + len(_SCREEN_EXTRAS)
+        self._stamps_at = self._hint_at + 1
+        pieces = screen_of(
+            [*regexes, *_SCREEN_EXTRAS, vocabulary.FATAL_HINT.pattern, *TIMESTAMP_SCREEN]
+        )
+        self._scan: Callable[[bytes], list[int] | None] | None = (
+            None if pieces is None else pieces.Match
+        )
         requests = [p.regex.pattern for p in access.ACCESS]
         flagged = [r for r in (*regexes, *_SCREEN_EXTRAS, TQDM_STATS.pattern) if r not in requests]
         #: The same screen over a whole block of lines (``core.logblock``); None with
@@ -341,14 +358,47 @@ class LogClassifier:
             text = clean(piece[: 4 * MAX_LINE_CHARS])  # ANSI codes take room; the rest is cut
             if not text.strip():
                 continue
-            when = self._timestamp(text, at) if line_time else None
-            text = redact(text[: 2 * MAX_LINE_CHARS])[:MAX_LINE_CHARS]
-            events.append(with_loader(self._event(text, at if when is None else when, line_no)))
+            stamps = self._scanned(text[:MATCH_CHARS])
+            when = self._timestamp(text, at, stamps) if line_time else None
+            kept = redact(text[: 2 * MAX_LINE_CHARS])[:MAX_LINE_CHARS]
+            if kept is not text:  # a secret went (or the line was cut): scanned again
+                self._scanned(kept[:MATCH_CHARS])
+            event = self._event(kept, at if when is None else when, line_no)
+            events.append(with_loader(event, self._names_loader(event.text)))
         return events
 
-    def _timestamp(self, text: str, at: float) -> float | None:
+    def _scanned(self, head: str) -> list[int] | None:
+        """Scan ``head`` once with the piece screen; the timestamp formats it holds, if known.
+
+        What the layers, the fatal words and the loaders need of ``head`` is kept for
+        ``_event`` (``_hits``, ``_hit_layers``).
+        """
+        self._screened, self._hits = head, None
+        scan = self._scan or self._match
+        if scan is None:
+            return None
+        self._hits = hits = sorted(scan(head.encode("utf-8", "surrogatepass")) or ())
+        layer_of, layers = self._layer_of, len(self._layer_of)
+        self._hit_layers = {layer_of[i] for i in hits if i < layers}
+        if self._scan is None:
+            return None
+        return [i - self._stamps_at for i in hits if i >= self._stamps_at]
+
+    def _names_loader(self, text: str) -> bool | None:
+        """Whether ``text`` names a loader, when the piece screen's scan tells; else None."""
+        if text is not self._screened or self._hits is None or self._scan is None:
+            return None
+        return not self._loader_hits.isdisjoint(self._hits)
+
+    def _hinted(self, text: str) -> bool:
+        """Whether ``text`` holds a shared fatal family's word, from the scan where it tells."""
+        if text is not self._screened or self._hits is None or self._scan is None:
+            return _hinted(text)
+        return self._hint_at in self._hits
+
+    def _timestamp(self, text: str, at: float, stamps: list[int] | None) -> float | None:
         year = self._year or datetime.fromtimestamp(at, self._tz).year
-        parsed = parse_timestamp(text, default_year=year, tz=self._tz)
+        parsed = parse_timestamp(text, default_year=year, tz=self._tz, screened=stamps)
         if parsed is None:
             return None
         when, printed_year = parsed
@@ -379,13 +429,16 @@ class LogClassifier:
         """``layer.first``, from the one scan of ``text`` the screen made (``_event``)."""
         if text is not self._screened or self._hits is None:
             return layer.first(text)
+        if id(layer) not in self._hit_layers:
+            return None
         return layer.first(text, self._hits, self._offsets[id(layer)])
 
     def _event(self, text: str, at: float, line_no: int | None) -> LogEvent:
+        """The event of one cleaned, redacted piece, which ``_scanned`` has scanned."""
         head = text[:MATCH_CHARS]
-        if self._match is not None:
-            self._screened = head
-            self._hits = sorted(self._match(head.encode("utf-8", "surrogatepass")) or ())
+        if head != self._screened:  # the scan was of another text: read this one
+            self._scanned(head)
+        head = self._screened if self._screened is not None else head  # the scanned object
         if _is_redraw(head):  # most pieces of a log are bar redraws: only markers apply
             return self._match_marker(head, at, line_no) or LogEvent(
                 LogClass.INFO, head, at, line_no=line_no
@@ -437,7 +490,7 @@ class LogClassifier:
 
     def _shared(self, text: str) -> FailureReason | None:
         """The shared vocabulary's reason, unless the line's own level says it only reports."""
-        if not _hinted(text):
+        if not self._hinted(text):
             return None
         level = line_level(text)  # cheaper than the families: asked first
         if level is not None and level < WARNING:

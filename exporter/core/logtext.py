@@ -48,6 +48,8 @@ def split_updates(line: str) -> list[str]:
     tqdm redraws with ``\r`` (journald shows many updates on one line), and a later log
     line is often glued straight after a bar's ``[elapsed<remaining]`` (sglang-04-ready).
     """
+    if "\r" not in line and "<" not in line:  # one piece: no redraw, no bar's stats
+        return [line.rstrip("\n")] if line.strip() else []
     pieces: list[str] = []
     for segment in line.rstrip("\n").split("\r"):
         while (m := TQDM_STATS.search(segment)) and segment[m.end() :].strip():
@@ -80,7 +82,8 @@ _TS_GLOG = re.compile(
 _TS_FORMATS: Final = (_TS_ISO, _TS_TRT, _TS_VLLM, _TS_GLOG)
 #: Which formats can occur in a line, in one linear scan: ``re`` then runs only those. RE2
 #: has no look-behind: the screen reads the formats without it, a little more widely.
-_TS_SCREEN: Final = screen_of(f.pattern.removeprefix(r"(?<!\d)") for f in _TS_FORMATS)
+TIMESTAMP_SCREEN: Final = tuple(f.pattern.removeprefix(r"(?<!\d)") for f in _TS_FORMATS)
+_TS_SCREEN: Final = screen_of(TIMESTAMP_SCREEN)
 
 
 def _tzinfo(tz: str | None) -> timezone | None:
@@ -130,24 +133,31 @@ def _seconds(g: dict[str, str | None], year: int, tz: tzinfo) -> float | None:
 
 
 def parse_timestamp(
-    text: str, *, default_year: int, tz: tzinfo = UTC
+    text: str, *, default_year: int, tz: tzinfo = UTC, screened: Iterable[int] | None = None
 ) -> tuple[float, int | None] | None:
     """The earliest timestamp near the start of a cleaned line, as Unix seconds.
 
     Timestamps without a zone are in ``tz``, the zone engines print them in (the host's, as
     the shell passes it in). Formats without a year (vLLM, glog) take ``default_year``.
 
+    Args:
+        text: the cleaned line.
+        default_year: the year of a stamp that prints none.
+        tz: the zone of a stamp that prints none.
+        screened: the indices of ``TIMESTAMP_SCREEN`` a screen found in the line (or in
+            more of it), when the caller scanned it already; None to scan here.
+
     Returns:
         (seconds, year printed in the line or None), or None when the line has no timestamp.
     """
     head = text[:_TS_WINDOW]
-    if _TS_SCREEN is None:
-        formats: Iterable[re.Pattern[str]] = _TS_FORMATS
-    else:
-        hits = _TS_SCREEN.Match(head.encode("utf-8", "surrogatepass"))
-        if not hits:
+    if screened is None and _TS_SCREEN is not None:
+        screened = _TS_SCREEN.Match(head.encode("utf-8", "surrogatepass")) or ()
+    formats: Iterable[re.Pattern[str]] = _TS_FORMATS
+    if screened is not None:
+        formats = [_TS_FORMATS[i] for i in sorted(screened)]
+        if not formats:
             return None
-        formats = [_TS_FORMATS[i] for i in sorted(hits)]
     found = [m for m in (f.search(head) for f in formats) if m]
     for m in sorted(found, key=lambda m: m.start()):
         g = m.groupdict()
@@ -186,9 +196,15 @@ def _names_loader(text: str) -> bool:
     return bool(present(_LOADER_SCREEN, text))
 
 
-def with_loader(event: LogEvent) -> LogEvent:
-    """The event with the fast loader its line names, and the throughput it reports."""
-    if event.cls in (LogClass.FATAL, LogClass.ERROR) or not _names_loader(event.text):
+def with_loader(event: LogEvent, named: bool | None = None) -> LogEvent:
+    """The event with the fast loader its line names, and the throughput it reports.
+
+    ``named``: whether a screen of the event's whole text found a loader's name in it, when
+    the caller scanned it already; None to scan here.
+    """
+    if event.cls in (LogClass.FATAL, LogClass.ERROR):
+        return event
+    if not (_names_loader(event.text) if named is None else named):
         return event
     name = next(n for regex, n in vocabulary.LOADERS if regex.search(event.text))
     return replace(event, loader=name, loader_bytes_per_second=_summary_rate(event.text))
