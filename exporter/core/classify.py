@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, tzinfo
 from typing import Final
 
-from exporter.base.linear import present
+from exporter.base.linear import cased, present
 from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.base.redact import redact
 from exporter.core.logblock import BlockScreen, block_screen
@@ -253,12 +253,15 @@ class LogClassifier:
         loaders = len(regexes) + _SCREEN_EXTRAS.index(vocabulary.LOADERS[0][0].pattern)
         self._loader_hits = frozenset(range(loaders, loaders + len(vocabulary.LOADERS)))
         screen = screen_of([*regexes, *_SCREEN_EXTRAS])
-        # A piece's screen: the same, then the shared fatal words and the timestamp formats,
-        # so one scan of a piece answers every question ``classify`` asks of it.
+        # A piece's screen: the same, then the shared fatal words, the causes a traceback's
+        # frames name and the timestamp formats, so one scan of a piece answers every
+        # question ``classify`` asks of it.
         self._hint_at = len(regexes) + len(_SCREEN_EXTRAS)
-        self._stamps_at = self._hint_at + 1
+        self._chains_at = self._hint_at + 1
+        self._stamps_at = self._chains_at + len(vocabulary.CHAIN_HINTS)
+        chains = [cased(regex) for regex, _ in vocabulary.CHAIN_HINTS]
         pieces = screen_of(
-            [*regexes, *_SCREEN_EXTRAS, vocabulary.FATAL_HINT.pattern, *TIMESTAMP_SCREEN]
+            [*regexes, *_SCREEN_EXTRAS, vocabulary.FATAL_HINT.pattern, *chains, *TIMESTAMP_SCREEN]
         )
         self._scan: Callable[[bytes], list[int] | None] | None = (
             None if pieces is None else pieces.Match
@@ -540,13 +543,13 @@ class LogClassifier:
             self._traceback = None
         return None
 
-    @staticmethod
-    def _note_frame(tb: _Traceback, text: str) -> None:
+    def _note_frame(self, tb: _Traceback, text: str) -> None:
         """Frames tell what the exception line may not: top level reached, a family named."""
         if _TOP_FRAME.search(text):
             tb.fatal = True
-        for regex, reason in vocabulary.CHAIN_HINTS:
-            if regex.search(text):
+        known = text is self._screened and self._hits is not None and self._scan is not None
+        for i, (regex, reason) in enumerate(vocabulary.CHAIN_HINTS, self._chains_at):
+            if (not known or i in self._hits) and regex.search(text):
                 tb.hint = stronger(reason, tb.hint)
 
     def _match_marker(self, text: str, at: float, line_no: int | None) -> LogEvent | None:

@@ -95,9 +95,11 @@ def level_class(text: str) -> LogClass:
     """
     level = line_level(text)
     if level is None:
-        if _EXCEPTION_LINE.search(text):
+        # The literals first: ``\w+`` before them costs ``re`` a try at every word.
+        if ("Error: " in text or "Exception: " in text) and _EXCEPTION_LINE.search(text):
             return LogClass.ERROR
-        return LogClass.WARNING if _WARNING_LINE.search(text) else LogClass.INFO
+        warned = "Warning: " in text and _WARNING_LINE.search(text)
+        return LogClass.WARNING if warned else LogClass.INFO
     if level >= ERROR:
         return LogClass.ERROR
     return LogClass.WARNING if level >= WARNING else LogClass.INFO
