@@ -273,7 +273,9 @@ def _classify_counted(
             plain[cls] += 1
             continue
         # Before the first timestamp, ``reference`` only anchors yearless stamps (vLLM).
-        events = classifier.classify(text, at=reference if last is None else last, line_no=number)
+        # Its redraws that match nothing are counted, as a tick counts them (one record each).
+        at = reference if last is None else last
+        events = classifier.classify(text, at=at, line_no=number, counts=plain if out else None)
         last = classifier.last_timestamp or last
         if events:
             out.append(_Line(number, tuple(events), classifier.last_timestamp))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, tzinfo
@@ -312,6 +313,17 @@ class LogClassifier:
         hits = match(head.encode("utf-8", "surrogatepass"))
         if not hits:
             return None if head.isspace() or not head else LogClass.INFO
+        return self._plain_hits(head, hits)
+
+    def _plain_piece(self, head: str) -> LogClass | None:
+        """``plain``'s class of a cleaned piece ``_scanned`` has just scanned, or None."""
+        if self._traceback is not None or self._user_any or self._hits is None:
+            return None
+        hits = [i for i in self._hits if i < self._hint_at]  # the extras decide nothing
+        return self._plain_hits(head, hits) if hits else LogClass.INFO
+
+    def _plain_hits(self, head: str, hits: list[int]) -> LogClass | None:
+        """``plain``'s class of a line with the screen's (non-empty) ``hits``, or None."""
         # Known noise (request traffic above all), or a level word that may be no level
         # ("err" in "overrides"), and nothing else: benign once ``re`` confirms one of the
         # noise hits, as the benign layer of ``classify`` would; info once the line's own
@@ -344,7 +356,13 @@ class LogClassifier:
         self._traceback = None
 
     def classify(
-        self, line: str, *, at: float, line_no: int | None = None, line_time: bool = True
+        self,
+        line: str,
+        *,
+        at: float,
+        line_no: int | None = None,
+        line_time: bool = True,
+        counts: Counter[LogClass] | None = None,
     ) -> list[LogEvent]:
         r"""Classify one raw line; each ``\r`` update or glued line in it is one event.
 
@@ -354,6 +372,9 @@ class LogClassifier:
                 carries no timestamp, or always when ``line_time`` is False.
             line_no: 1-based line number in its source, if known.
             line_time: prefer the timestamp printed in the line (replay, backlog).
+            counts: where the pieces ``plain`` would count (a redraw that matches nothing)
+                are counted, by class, in place of becoming events; None: every piece is
+                an event.
         """
         self.last_timestamp = None
         events: list[LogEvent] = []
@@ -362,6 +383,9 @@ class LogClassifier:
             if not text.strip():
                 continue
             stamps = self._scanned(text[:MATCH_CHARS])
+            if counts is not None and (cls := self._plain_piece(text[:MATCH_CHARS])) is not None:
+                counts[cls] += 1
+                continue
             when = self._timestamp(text, at, stamps) if line_time else None
             kept = redact(text[: 2 * MAX_LINE_CHARS])[:MAX_LINE_CHARS]
             if kept is not text:  # a secret went (or the line was cut): scanned again

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -79,6 +80,29 @@ def test_every_cr_update_of_a_progress_bar_is_an_event_with_its_count():
     assert {e.cls for e in events} == {LogClass.PROGRESS}
     assert {e.progress_key for e in events} == {"shards"}
     assert {e.phase for e in events} == {Phase.LOADING}
+
+
+def test_redraws_that_match_nothing_are_counted_and_the_bar_among_them_is_an_event():
+    # A curl meter redrawn by \r between a bar's updates (sglang-18-ready's download).
+    meter = "  0     0    0     0    0     0      0      0 --:--:-- --:--:-- --:--:--     0"
+    bar = "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01]"
+    counts: Counter[LogClass] = Counter()
+    c = LogClassifier(ENGINES["vllm"].log)
+    events = c.classify(f"\r{meter}\r{bar}\r{meter}\r", at=AT, counts=counts)
+    assert [e.progress for e in events] == [(1, 2)]
+    assert counts == {LogClass.INFO: 2}
+    # Without a tally to count in, every piece is an event (each with its class).
+    events = c.classify(f"\r{meter}\r{bar}\r{meter}\r", at=AT)
+    assert [e.cls for e in events] == [LogClass.INFO, LogClass.PROGRESS, LogClass.INFO]
+
+
+def test_a_redraw_inside_a_traceback_is_not_counted_away():
+    c = LogClassifier(ENGINES["vllm"].log)
+    c.classify("Traceback (most recent call last):", at=AT)
+    counts: Counter[LogClass] = Counter()
+    events = c.classify("\r  x = f(y)\r", at=AT, counts=counts)
+    assert [e.cls for e in events] == [LogClass.ERROR]
+    assert not counts
 
 
 def test_a_megabyte_line_is_capped():
