@@ -411,17 +411,21 @@ class LogClassifier:
             return None
         return [i - self._stamps_at for i in hits if i >= self._stamps_at]
 
+    def _scan_of(self, text: str) -> list[int] | None:
+        """The piece screen's hits on ``text``, when its last scan was of it; else None."""
+        if text is not self._screened or self._scan is None:
+            return None
+        return self._hits
+
     def _names_loader(self, text: str) -> bool | None:
         """Whether ``text`` names a loader, when the piece screen's scan tells; else None."""
-        if text is not self._screened or self._hits is None or self._scan is None:
-            return None
-        return not self._loader_hits.isdisjoint(self._hits)
+        hits = self._scan_of(text)
+        return None if hits is None else not self._loader_hits.isdisjoint(hits)
 
     def _hinted(self, text: str) -> bool:
         """Whether ``text`` holds a shared fatal family's word, from the scan where it tells."""
-        if text is not self._screened or self._hits is None or self._scan is None:
-            return _hinted(text)
-        return self._hint_at in self._hits
+        hits = self._scan_of(text)
+        return _hinted(text) if hits is None else self._hint_at in hits
 
     def _timestamp(self, text: str, at: float, stamps: list[int] | None) -> float | None:
         year = self._year or datetime.fromtimestamp(at, self._tz).year
@@ -571,9 +575,9 @@ class LogClassifier:
         """Frames tell what the exception line may not: top level reached, a family named."""
         if _TOP_FRAME.search(text):
             tb.fatal = True
-        known = text is self._screened and self._hits is not None and self._scan is not None
+        hits = self._scan_of(text)
         for i, (regex, reason) in enumerate(vocabulary.CHAIN_HINTS, self._chains_at):
-            if (not known or i in self._hits) and regex.search(text):
+            if (hits is None or i in hits) and regex.search(text):
                 tb.hint = stronger(reason, tb.hint)
 
     def _match_marker(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
