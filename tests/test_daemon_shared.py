@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -99,21 +100,28 @@ def _health_probes(server: LoopbackServer) -> int:
     return sum(r.path == "/health" for r in server.requests)
 
 
-def test_two_targets_of_one_engine_read_once_and_each_sees_every_line(tmp_path, engine):
+@contextmanager
+def _two_targets(tmp_path: Path, engine: Engine) -> Iterator[tuple[Daemon, LoopbackServer]]:
+    """Targets a and b on one engine, one health URL and one (empty) log, ready."""
     log = tmp_path / "engine.log"
     log.write_text("")
     with LoopbackServer({"/health": reply(200)}) as server:
         targets = [_target(n, server.url, engine, log) for n in ("a", "b")]
         daemon = Daemon(_settings(tmp_path, *targets), history=History.open(None))
         try:
-            snap = _ready(daemon)
-            before = {n: _lines(snap, n) for n in ("a", "b")}
-            probes = _health_probes(server)
-            with open(log, "a") as fh:
-                fh.write('INFO:     127.0.0.1:4000 - "GET /health HTTP/1.1" 200 OK\n' * 5)
-            snap = daemon.tick()
+            _ready(daemon)
+            yield daemon, server
         finally:
             daemon.close()
+
+
+def test_two_targets_of_one_engine_read_once_and_each_sees_every_line(tmp_path, engine):
+    with _two_targets(tmp_path, engine) as (daemon, server):
+        before = {n: _lines(daemon.tick(), n) for n in ("a", "b")}
+        probes = _health_probes(server)
+        with open(tmp_path / "engine.log", "a") as fh:
+            fh.write('INFO:     127.0.0.1:4000 - "GET /health HTTP/1.1" 200 OK\n' * 5)
+        snap = daemon.tick()
     assert {n: _lines(snap, n) - before[n] for n in ("a", "b")} == {"a": 5, "b": 5}
     assert _health_probes(server) == probes + 1  # one probe a tick for both
     assert _pid(snap, "a") == _pid(snap, "b") == engine.proc.pid
@@ -124,19 +132,11 @@ def test_two_targets_of_one_engine_read_once_and_each_sees_every_line(tmp_path, 
 
 
 def test_a_shared_process_that_ends_is_seen_by_every_target_in_the_next_tick(tmp_path, engine):
-    log = tmp_path / "engine.log"
-    log.write_text("")
-    with LoopbackServer({"/health": reply(200)}) as server:
-        targets = [_target(n, server.url, engine, log) for n in ("a", "b")]
-        daemon = Daemon(_settings(tmp_path, *targets), history=History.open(None))
-        try:
-            _ready(daemon)
-            engine.proc.kill()
-            engine.proc.wait()
-            server.routes["/health"] = reply(503)
-            snap = daemon.tick()
-        finally:
-            daemon.close()
+    with _two_targets(tmp_path, engine) as (daemon, server):
+        engine.proc.kill()
+        engine.proc.wait()
+        server.routes["/health"] = reply(503)
+        snap = daemon.tick()
     assert [_pid(snap, n) for n in ("a", "b")] == [None, None]
     (phase,) = {t.state.phase for t in snap.targets}  # the same for both, at once
     assert phase is not Phase.READY
