@@ -428,6 +428,8 @@ class LogClassifier:
         return _hinted(text) if hits is None else self._hint_at in hits
 
     def _timestamp(self, text: str, at: float, stamps: list[int] | None) -> float | None:
+        if stamps == []:  # the scan found no timestamp format in the piece
+            return None
         year = self._year or datetime.fromtimestamp(at, self._tz).year
         parsed = parse_timestamp(text, default_year=year, tz=self._tz, screened=stamps)
         if parsed is None:
@@ -486,9 +488,9 @@ class LogClassifier:
 
     def _match_fatal(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
         """Fatal or benign by the layers, in order; None when no layer knows the line."""
-        if self._user_fatal.matches(text):
+        if self._user_any and self._user_fatal.matches(text):
             return self._fatal_event(text, at, line_no, infer_reason(text))
-        if self._user_benign.matches(text):
+        if self._user_any and self._user_benign.matches(text):
             return self._benign_event(text, at, line_no)
         if found := self._first(self._fatal, text):
             reason = found[0].fatal_reason or FailureReason.CRASH
@@ -581,7 +583,7 @@ class LogClassifier:
                 tb.hint = stronger(reason, tb.hint)
 
     def _match_marker(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
-        if self._user_markers.matches(text):
+        if self._user_any and self._user_markers.matches(text):
             return LogEvent(LogClass.MARKER, text, at, marker="user", line_no=line_no)
         found = self._first(self._markers, text)
         if found is None:

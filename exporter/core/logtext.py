@@ -103,30 +103,34 @@ _WHOLE_MINUTE_ZONES_FROM: Final = 1980
 
 @functools.lru_cache(maxsize=1024)
 def _minute_start(
-    year: int, month: int, day: int, hour: int, minute: int, tz: tzinfo
+    year: int, month: str, day: str, hour: str, minute: str, zone: str | None, tz: tzinfo
 ) -> int | None:
-    """Unix seconds at the start of one local minute in ``tz``; None for no such date.
+    """Unix seconds at the start of one local minute (its digits as printed); None for none.
 
     A log's lines share their minutes: the zone's offset is looked up once a minute, not once
-    a line.
+    a line. ``zone`` is the stamp's own ("Z", "+02:00"), else ``tz`` applies.
     """
     try:
-        return round(datetime(year, month, day, hour, minute, tzinfo=tz).timestamp())
+        stamp = datetime(year, int(month), int(day), int(hour), int(minute))
+        return round(stamp.replace(tzinfo=_tzinfo(zone) or tz).timestamp())
     except ValueError:  # glog's "E0000 00:00:..." carries no date at all
         return None
 
 
 def _seconds(g: dict[str, str | None], year: int, tz: tzinfo) -> float | None:
     """A timestamp's groups as Unix seconds (``datetime.timestamp``'s value), or None."""
-    parts = int(g["mo"] or 0), int(g["d"] or 0), int(g["h"] or 0), int(g["mi"] or 0)
-    second, micro = int(g["s"] or 0), int((g.get("f") or "0").ljust(6, "0"))
-    zone = _tzinfo(g.get("tz")) or tz
+    fraction = g.get("f")
+    second, micro = int(g["s"] or 0), int(fraction.ljust(6, "0")) if fraction else 0
     if year < _WHOLE_MINUTE_ZONES_FROM:
         try:
-            return datetime(year, *parts, second, micro, tzinfo=zone).timestamp()
+            month, day, hour, minute = (int(g[k] or 0) for k in ("mo", "d", "h", "mi"))
+            zone = _tzinfo(g.get("tz")) or tz
+            return datetime(year, month, day, hour, minute, second, micro, zone).timestamp()
         except ValueError:
             return None
-    start = _minute_start(year, *parts, zone)
+    start = _minute_start(
+        year, g["mo"] or "", g["d"] or "", g["h"] or "", g["mi"] or "", g.get("tz"), tz
+    )
     if start is None or second > 59:  # datetime takes no leap second
         return None
     return ((start + second) * 1_000_000 + micro) / 1_000_000  # as timestamp() divides
@@ -159,7 +163,9 @@ def parse_timestamp(
         if not formats:
             return None
     found = [m for m in (f.search(head) for f in formats) if m]
-    for m in sorted(found, key=lambda m: m.start()):
+    if len(found) > 1:
+        found.sort(key=lambda m: m.start())  # stable: the formats' order on a tie
+    for m in found:
         g = m.groupdict()
         year = int(g["y"]) if g.get("y") else None
         seconds = _seconds(g, year or default_year, tz)
