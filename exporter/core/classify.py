@@ -12,13 +12,26 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, tzinfo
 from typing import Final
 
 from exporter.base.linear import cased, present
 from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.base.redact import redact
+from exporter.core.failure import (
+    EXCEPTION,
+    FRAME,
+    NOT_A_CRASH,
+    REASON_ORDER,
+    TOP_FRAME,
+    TRACEBACK_BODY,
+    TRACEBACK_HEAD,
+    OpenTraceback,
+    infer_reason,
+    reason_detail,
+    stronger,
+)
 from exporter.core.logblock import BlockScreen, block_screen
 from exporter.core.loglevel import INFO, WARNING, level_class, line_level
 from exporter.core.logtext import (
@@ -52,59 +65,10 @@ __all__ = [
     "split_updates",
 ]
 
-#: Lines after a traceback header within which its final exception line is awaited.
-_TRACEBACK_BUDGET: Final = 200
-
 # --- classification ------------------------------------------------------------------------
 _RANK = re.compile(r"(?:\bTP|_TP)(\d+)\b|\brank[= ](\d+)\b", re.I)
-_TRACEBACK_HEAD = re.compile(r"Traceback \(most recent call last\)")
-_TRACEBACK_BODY = re.compile(r"^\s+\S|\bFile \"[^\"]+\", line \d+")
-# The interpreter's top frame: a traceback through it is an uncaught exception ending the
-# process (tgi-14-crash), unlike a handled request error logged with its traceback
-# (vllm-19-ready, lmdeploy-01-ready).
-_TOP_FRAME = re.compile(r"\bFile \"[^\"]+\", line \d+, in <module>")
-# A frame in the interpreter's own format: with no header open, an excerpt cut inside a
-# traceback (vllm-36-crash) whose exception line is all the cause it shows.
-_FRAME = re.compile(r"^\W{0,4}File \"[^\"]+\", line \d+, in \S")
-_EXCEPTION = re.compile(
-    r"(?:^|[\]\)]\s)\s*(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Exited))(?::\s|\s*$)"
-)
-_NOT_A_CRASH = re.compile(r"KeyboardInterrupt|SystemExit|CancelledError|EngineDeadError")
 #: Markers an engine prints once per launch: what came before belongs to an earlier run.
 _LAUNCH_MARKERS: Final = frozenset({"server_args", "engine_init"})
-#: Precedence of reasons named on one line or in one traceback: the most specific first; a
-#: kill from outside (SIGKILL) says more than the supervisor's "crashed" or "exited" around it.
-_REASON_ORDER: Final[dict[FailureReason | None, int]] = {
-    FailureReason.OOM: 0,
-    FailureReason.NCCL: 1,
-    FailureReason.KILLED: 2,
-}
-#: Characters of the decisive line kept in a reason detail.
-DETAIL_CHARS: Final = 200
-
-
-def stronger(a: FailureReason, b: FailureReason | None) -> FailureReason:
-    """The reason that takes precedence: oom, then nccl, then the rest (``a`` on a tie)."""
-    if b is not None and _REASON_ORDER.get(b, 9) < _REASON_ORDER.get(a, 9):
-        return b
-    return a
-
-
-def reason_detail(event: LogEvent, tz: tzinfo = UTC) -> str:
-    """The decisive line of a failure, cut, with its line number or its time in ``tz``.
-
-    Meant for people (``/status``, the page, ``wait``), never for a metric label. The event's
-    text was redacted when it was classified.
-    """
-    where = (
-        f"line {event.line_no}"
-        if event.line_no is not None
-        else datetime.fromtimestamp(event.at, tz).isoformat(sep=" ", timespec="seconds")
-    )
-    text = " ".join(event.text.split())
-    if len(text) > DETAIL_CHARS:
-        text = text[: DETAIL_CHARS - 1] + "\u2026"
-    return f"{where}: {text}"
 
 
 def _is_redraw(text: str) -> bool:
@@ -113,15 +77,6 @@ def _is_redraw(text: str) -> bool:
         return False
     m = TQDM_STATS.search(text)
     return m is not None and m.end() == len(text)
-
-
-def infer_reason(text: str) -> FailureReason:
-    """The failure reason a fatal line implies when no pattern named one (user patterns)."""
-    if re.search(r"out of memory|OutOfMemory|\boom\b", text, re.I):
-        return FailureReason.OOM
-    if re.search(r"\bnccl", text, re.I):
-        return FailureReason.NCCL
-    return FailureReason.CRASH
 
 
 class _UserPatterns:
@@ -139,27 +94,8 @@ class _UserPatterns:
         return any(m.search(text) is not None for m in self._matchers)
 
 
-@dataclass(slots=True)
-class _Traceback:
-    """An open Python traceback: awaiting its final exception line.
-
-    ``fatal``: a wrapper announced it, or it reached the interpreter's top frame.
-    ``hint``: a reason its frames named (the cause chain, not only the last line).
-    ``opener``: the wrapper line; it becomes the fatal line when no exception line follows
-    (an excerpt cut inside the traceback, sglang-17-crash; a traceback abandoned).
-    ``headless``: opened by a bare frame (an excerpt that starts inside the traceback); it
-    ends at the first line that is neither frame, source nor exception.
-    """
-
-    fatal: bool
-    budget: int = _TRACEBACK_BUDGET
-    hint: FailureReason | None = None
-    opener: LogEvent | None = None
-    headless: bool = False
-
-
 def _sorted_fatal(patterns: Iterable[LogPattern]) -> PatternSet:
-    return PatternSet(sorted(patterns, key=lambda p: _REASON_ORDER.get(p.fatal_reason, 9)))
+    return PatternSet(sorted(patterns, key=lambda p: REASON_ORDER.get(p.fatal_reason, 9)))
 
 
 #: What sends a line past the screen besides the patterns: a level of warning or worse in
@@ -286,7 +222,7 @@ class LogClassifier:
         self._year: int | None = None
         self._ended: set[str] = set()
         self._model_index = 0
-        self._traceback: _Traceback | None = None
+        self._traceback: OpenTraceback | None = None
         #: Timestamp parsed from the last line given to ``classify``; None if it had none.
         self.last_timestamp: float | None = None
 
@@ -335,7 +271,7 @@ class LogClassifier:
             if i not in levels and layer[i - start].regex.search(head):
                 return LogClass.BENIGN
         if any(i in levels for i in hits):
-            if _TRACEBACK_HEAD.search(head) or level_class(head) is not LogClass.INFO:
+            if TRACEBACK_HEAD.search(head) or level_class(head) is not LogClass.INFO:
                 return None
             return LogClass.INFO
         return None
@@ -453,7 +389,7 @@ class LogClassifier:
         return [self._abandoned(tb)] if tb is not None and tb.opener is not None else []
 
     @staticmethod
-    def _abandoned(tb: _Traceback) -> LogEvent:
+    def _abandoned(tb: OpenTraceback) -> LogEvent:
         assert tb.opener is not None
         reason = tb.hint or FailureReason.CRASH
         return replace(tb.opener, cls=LogClass.FATAL, marker=None, fatal_reason=reason)
@@ -513,7 +449,7 @@ class LogClassifier:
             return self._fatal_event(text, at, line_no, named)
         event = LogEvent(LogClass.ERROR, text, at, marker="traceback", line_no=line_no)
         if self._traceback is None or self._traceback.opener is None:
-            self._traceback = _Traceback(fatal=True, opener=event)
+            self._traceback = OpenTraceback(fatal=True, opener=event)
         return event
 
     def _match_shared(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
@@ -542,30 +478,30 @@ class LogClassifier:
         return LogEvent(LogClass.FATAL, text, at, fatal_reason=reason, line_no=line_no)
 
     def _benign_event(self, text: str, at: float, line_no: int | None) -> LogEvent:
-        if self._traceback and _EXCEPTION.search(text):
+        if self._traceback and EXCEPTION.search(text):
             self._traceback = None  # e.g. KeyboardInterrupt closing an operator stop's traceback
         return LogEvent(LogClass.BENIGN, text, at, line_no=line_no)
 
     def _match_traceback(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
-        if _TRACEBACK_HEAD.search(text):
+        if TRACEBACK_HEAD.search(text):
             if self._traceback is None:
-                self._traceback = _Traceback(fatal=False)
+                self._traceback = OpenTraceback(fatal=False)
             return LogEvent(LogClass.ERROR, text, at, line_no=line_no)
         tb = self._traceback
         if tb is None:
-            if not _FRAME.search(text):
+            if not FRAME.search(text):
                 return None
-            tb = self._traceback = _Traceback(fatal=True, headless=True)
+            tb = self._traceback = OpenTraceback(fatal=True, headless=True)
         tb.budget -= 1
         if tb.budget <= 0:
             self._traceback = None
             return self._abandoned(tb) if tb.opener is not None else None
-        if _TRACEBACK_BODY.search(text):
+        if TRACEBACK_BODY.search(text):
             self._note_frame(tb, text)
             return LogEvent(LogClass.ERROR, text, at, line_no=line_no)
-        if m := _EXCEPTION.search(text):
+        if m := EXCEPTION.search(text):
             self._traceback = None
-            if tb.fatal and not _NOT_A_CRASH.search(m.group("name")):
+            if tb.fatal and not NOT_A_CRASH.search(m.group("name")):
                 reason = tb.hint or FailureReason.CRASH
                 return LogEvent(LogClass.FATAL, text, at, fatal_reason=reason, line_no=line_no)
             return LogEvent(LogClass.ERROR, text, at, line_no=line_no)
@@ -573,9 +509,9 @@ class LogClassifier:
             self._traceback = None
         return None
 
-    def _note_frame(self, tb: _Traceback, text: str) -> None:
+    def _note_frame(self, tb: OpenTraceback, text: str) -> None:
         """Frames tell what the exception line may not: top level reached, a family named."""
-        if _TOP_FRAME.search(text):
+        if TOP_FRAME.search(text):
             tb.fatal = True
         hits = self._scan_of(text)
         for i, (regex, reason) in enumerate(vocabulary.CHAIN_HINTS, self._chains_at):

@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import timedelta, timezone
 
 from exporter.base.model import STARTUP_PHASES, FailureReason, LogClass, Observation, Phase
-from exporter.core.classify import reason_detail
+from exporter.core.failure import reason_detail
 from exporter.core.lifecycle.evidence import Evidence, gather_evidence, next_baseline
 from exporter.core.lifecycle.phase import failed_model, next_phase
 from exporter.core.lifecycle.progress import (

@@ -16,7 +16,7 @@ from exporter.base.model import (
     Phase,
 )
 from exporter.base.records import ColdStart, StartOutcome, Transition
-from exporter.core.classify import reason_detail
+from exporter.core.failure import reason_detail
 from exporter.core.lifecycle.state import (
     NOTABLE_LINES_KEPT,
     TRANSITIONS_KEPT,
