@@ -25,6 +25,7 @@ costs time linear in its length: these run on every line read.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from exporter.base.linear import present, screen_of
@@ -76,6 +77,17 @@ _PAIR = re.compile(
     r"(?P<value>\[[^\]]{0,1024}\]|'[^']{0,1024}'|\"[^\"]{0,1024}\"|[^\s,;)'\"\[\]<>&]+)",
     re.I,
 )
+# Where ``_PAIR`` can match: its key is a whole run of ``[\w.-]`` (the look-behind starts it
+# at a run's start; its separator's first character is none of them), followed by the
+# separator. One scan finds these runs, linear in the line; ``_PAIR`` is tried at each,
+# where on a 10 kB ServerArgs line its own scan tried 128 key lengths at every word.
+_KEY_RUN = re.compile(r"(?<![\w.-])[\w.-]+(?=['\"]?\s*[:=])")
+_DOTTED_I: Final = str.maketrans({"\u0130": "i", "\u0131": "i"})
+# The run of key characters that ends at the end of the text searched.
+_RUN_BEFORE = re.compile(r"(?:.*[^\w.-])?([\w.-]*)", re.S)
+#: How far before one of ``_KEY_HINTS`` a key ``_PAIR`` matches can start: 64 characters,
+#: then the rest of a word ``_HINTED_KEY`` names ("private_" before "key").
+_KEY_REACH: Final = 64 + len("private_") + 1
 # "#full token: 16978", "BOS token = 2": a statistic printed, not a secret assigned.
 _STATISTIC = re.compile(r"\d+(?:\.\d+)?(?:ms|s|%)?")
 # "allow_credentials=False", "api_key=None": a setting's absence, never a secret.
@@ -104,7 +116,8 @@ _ENV_SPACED = re.compile(
 _QUERY_SECRET = re.compile(r"([?&](?:key|sig|code)=)[^&#\s'\"]+", re.I)
 _BEARER = re.compile(r"\b(Bearer|Basic)(\s+)[A-Za-z0-9._~+/=-]{6,}", re.I)
 # Each format's prefix is kept, so a reader still sees which kind of token was there; each
-# is tried only on lines holding one of its literals (most lines hold none).
+# is tried only on lines holding one of its literals (most lines hold none), and only where
+# one of them occurs: each pattern starts with one.
 _FORMATS: Final = tuple(
     (literals, re.compile(pattern))
     for literals, pattern in (
@@ -117,7 +130,7 @@ _FORMATS: Final = tuple(
         (("xox",), r"\b(xox[abposr]-)[A-Za-z0-9-]{10,}"),
         (("eyJ",), r"\b(eyJ)[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
         (("AIza",), r"\b(AIza)[0-9A-Za-z_-]{35}"),
-        (("PRIVATE KEY",), r"(-----BEGIN [A-Z ]{0,32}PRIVATE KEY-----).*"),
+        (("-----BEGIN",), r"(-----BEGIN [A-Z ]{0,32}PRIVATE KEY-----).*"),
     )
 )
 #: Lower-case words one of which a key naming a secret holds (see ``_HINTED_KEY``).
@@ -166,6 +179,65 @@ def _pair(m: re.Match[str]) -> str:
     if not scheme and (":" in sep or " " in sep) and _STATISTIC.fullmatch(value):
         return m.group()
     return f"{key}{sep}{scheme or ''}{_hidden(value)}"
+
+
+def _sub_at(
+    pattern: re.Pattern[str], text: str, starts: Iterable[int], repl: Callable[[re.Match[str]], str]
+) -> str:
+    """``pattern.sub(repl, text)`` for a pattern that can only match at one of ``starts``.
+
+    ``starts`` ascend. ``re`` alone tries every position of the line, which on a 10 kB line
+    costs a millisecond a pattern; a word boundary or a look-behind still sees what comes
+    before a start.
+    """
+    out: list[str] = []
+    done = 0  # ``sub`` resumes after a match: nothing inside a replaced span starts another
+    for start in starts:
+        if start < done:
+            continue
+        m = pattern.match(text, start)
+        if m is not None:
+            out += (text[done:start], repl(m))
+            done = m.end()
+    return "".join((*out, text[done:])) if out else text
+
+
+def _key_starts(text: str) -> Iterable[int]:
+    """Where ``_PAIR`` can match: at each run of key characters holding a secret's word."""
+    if not text.isascii():  # case folding may move positions: each run is looked at
+        return (r.start() for r in _KEY_RUN.finditer(text) if _might_name_secret(r.group()))
+    low, starts = text.lower(), set()
+    for at in _occurrences(low, _KEY_HINTS):
+        # The run the word is in starts within a key's reach before it, or cannot be a key.
+        reach = max(0, at - _KEY_REACH)
+        start = _RUN_BEFORE.match(text, reach, at)
+        if start is not None and (start.start(1) > reach or reach == 0):
+            starts.add(start.start(1))
+    return sorted(starts)
+
+
+def _occurrences(text: str, literals: Iterable[str]) -> list[int]:
+    """Where each of ``literals`` occurs in ``text``, ascending."""
+    found = []
+    for literal in literals:
+        at = text.find(literal)
+        while at >= 0:
+            found.append(at)
+            at = text.find(literal, at + 1)
+    return sorted(found)
+
+
+def _might_name_secret(key: str) -> bool:
+    """Whether ``key`` holds one of ``_HINTED_KEY``'s words (a superset: "key" in "keys")."""
+    # ``re``'s IGNORECASE also folds the long s (U+017F) to "s" and both dotted and dotless
+    # capital I to "i".
+    low = key.lower() if key.isascii() else key.translate(_DOTTED_I).casefold()
+    return any(hint in low for hint in _KEY_HINTS)
+
+
+def _kept_prefix(m: re.Match[str]) -> str:
+    """A token format's match hidden but for its prefix (group 1): ``hf_<redacted>``."""
+    return f"{m.group(1)}{REDACTED}"
 
 
 def _encoded_userinfo(m: re.Match[str]) -> str:
@@ -260,12 +332,12 @@ def redact(text: str) -> str:
     if _DASHES in found:
         text = _FLAG.sub(lambda m: f"{m.group(1)}{_hidden(m.group(2))}", text)
     if _KEY_PAIR in found:
-        text = _PAIR.sub(_pair, text)
+        text = _sub_at(_PAIR, text, _key_starts(text), _pair)
     if _ENV_NAME in found:
         text = _ENV_SPACED.sub(_spaced, text)
     if _BEARER_WORD in found:
         text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-    for i, (_, pattern) in enumerate(_FORMATS, _FORMAT_FROM):
+    for i, (literals, pattern) in enumerate(_FORMATS, _FORMAT_FROM):
         if i in found:
-            text = pattern.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+            text = _sub_at(pattern, text, _occurrences(text, literals), _kept_prefix)
     return text

@@ -471,6 +471,43 @@ def test_ordinary_lines_are_left_as_they_are(line):
     assert redact(line) == line
 
 
+def test_a_long_launch_line_loses_every_secret_and_keeps_its_settings():
+    # SGLang prints its ServerArgs as one line of 10 kB: the pairs are looked for only where
+    # a key holding a secret's word starts, so each must still be found, first to last.
+    settings = [f"setting_{i}={i}" for i in range(400)]
+    settings[0] = "api_key='CANARY0 with a space'"
+    settings[150] = "hf_token=hf_CANARY1abcdefghijklmnop"
+    settings[399] = '"client_secret": "CANARY2"'
+    settings[200] = "max_total_tokens=8192, skip_tokenizer_init=False, admin_api_key=None"
+    line = "[2026-01-01 00:00:00] server_args=ServerArgs(" + ", ".join(settings) + ")"
+    assert len(line) > 5000
+    redacted = redact(line)
+    assert "CANARY" not in redacted
+    assert redacted.count("<redacted>") == 3
+    assert "max_total_tokens=8192, skip_tokenizer_init=False, admin_api_key=None" in redacted
+    assert "setting_398=398" in redacted
+
+
+def test_a_quoted_secret_holding_a_pair_is_hidden_once_and_whole():
+    line = "args: api_key='a session_token=b', hf_token=\"hf_abcdefghijklmnopqr token=c\" port=1"
+    expected = "args: api_key='<redacted>', hf_token=\"<redacted>\" port=1"
+    assert redact(line) == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # The longest key the pair shape takes: 64 characters before "private_key".
+        "c" * 63 + "_private_key=CANARY",
+        # Words outside ASCII around the key: case folding may move positions.
+        "paramètres: clé=ß api_key='CANARY' modèle=m",
+        "\u017fervice sessIon_token: CANARY",
+    ],
+)
+def test_a_key_is_found_at_the_edge_of_its_reach_and_among_other_scripts(line):
+    assert "CANARY" not in redact(line)
+
+
 # --- fast weight loaders (ENGINES.md section 8) -------------------------------------------
 
 
