@@ -10,6 +10,10 @@ matters to no one. So a file's new bytes arrive as one ``LogBlock`` and two RE2 
 - the *access* regex matches runs of consecutive request access lines (``engines.access``),
   which are counted as request traffic (``BENIGN``) by the bytes they span.
 
+Where flagged lines come back to back (a start-up log: most of its lines matter), a search
+a line costs more than the classifier's own check, so the walk hands the next lines over one
+by one for a stretch (``DENSE_RUNS``, ``DENSE_LINES``) before it searches again.
+
 Both are screens, as ``core.screen``'s sets are: a flagged line still goes through
 ``LogClassifier.plain`` first, so a regex that reads a little widely (``\s`` crossing a
 line end) costs a check, never a verdict.
@@ -33,6 +37,10 @@ _MAX_MEM: Final = 256 << 20
 #: skips it: it is not counted) or holds an octal-escaped colour code (journald's export).
 _BLOCK_EXTRAS: Final = (r"^[ \t]*\n", r"#033\[")
 
+#: Flagged runs found back to back after which ``BlockScreen.walk`` hands over the next
+#: ``DENSE_LINES`` lines without searching them.
+DENSE_RUNS: Final = 2
+DENSE_LINES: Final = 16
 #: One RE2 search: (anchor, text, pos, endpos) -> spans of the groups (group 0 first).
 _Search = Callable[[object, bytes, int, int], list[tuple[int, int]]]
 _UNANCHORED: Final = re2._Anchor.UNANCHORED  # the raw binding's search modes
@@ -91,12 +99,19 @@ class BlockScreen:
         keeps a line's ``\r`` updates in one record, for a caller that splits them itself.
         """
         pos, end = 0, len(data)
+        # Lines still to hand over one by one: flagged lines came back to back, and a search
+        # a line costs more there than the caller's own check of each line (start-up logs).
+        one_by_one = back_to_back = 0
         while pos < end:
-            if tracing():
+            if one_by_one or tracing():
+                one_by_one = max(0, one_by_one - 1)
                 nl = data.find(b"\n", pos, end)
                 run: tuple[int, int] | None = (pos, end if nl < 0 else nl + 1)
             else:
                 run = self.next_flagged(data, pos, end)
+                back_to_back = back_to_back + 1 if run is not None and run[0] == pos else 0
+                if back_to_back >= DENSE_RUNS:
+                    one_by_one, back_to_back = DENSE_LINES, 0
             start, stop = run or (end, end)
             if start > pos:
                 plain(pos, start)

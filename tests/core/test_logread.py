@@ -26,12 +26,31 @@ STARTUP = (
     b"ERROR 05-12 02:45:30 [engine.py:400] torch.OutOfMemoryError: CUDA out of memory.\n"
 )
 
+# A start-up's lines back to back (a warning, a bar redrawn, then plain lines and a request),
+# as dense as a start-up log is: the block is handed over line by line in stretches.
+DENSE = (
+    b"".join(
+        b"WARNING 05-12 02:45:%02d [config.py:1] casting torch.bfloat16 to torch.float16\n"
+        % (i % 60)
+        + b"Loading safetensors checkpoint shards: %d%% Completed | %d/40 [00:01<00:01, 1.2s/it]\r"
+        % (i * 2, i)
+        + b"Loading safetensors checkpoint shards: %d%% Completed | %d/40 [00:02<00:01, 1.2s/it]\n"
+        % (i * 2 + 1, i)
+        + (INFO % (i % 60, i)) * (i % 4)
+        + ACCESS % i
+        for i in range(40)
+    )
+    + STARTUP.splitlines(keepends=True)[-1]
+)
+
 
 def _world() -> TargetWorld:
     return TargetWorld(initial_state("t"), LogClassifier(ENGINES["vllm"].log))
 
 
-@pytest.mark.parametrize("data", [SERVING, STARTUP, SERVING + STARTUP + SERVING])
+@pytest.mark.parametrize(
+    "data", [SERVING, STARTUP, SERVING + STARTUP + SERVING, DENSE, SERVING + DENSE + SERVING]
+)
 def test_a_block_gives_the_events_and_counts_its_lines_would(data):
     block = LogBlock(data, 1.7e9, 1)
     by_block = read_log(_world(), None, LogReading(block=block))
