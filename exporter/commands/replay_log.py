@@ -10,6 +10,7 @@ import argparse
 import functools
 import itertools
 import json
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -24,7 +25,6 @@ from exporter.base.localzone import local_utc_offset_seconds, local_zone
 from exporter.base.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.core.classify import LogClassifier, Screen, clean, screen_of
 from exporter.core.lifecycle import Thresholds, initial_state, step
-from exporter.core.logblock import BlockScreen, block_screen
 from exporter.engines import ENGINES
 from exporter.engines.profile import LogProfile
 
@@ -150,16 +150,10 @@ def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None
     """
     scores: Counter[str] = Counter()
     first: dict[str, int] = {}
-    names, screen = _detect_screen()
-    for number, line in _detect_candidates(list(itertools.islice(lines, DETECT_LINES))):
-        text = clean(line)
-        hits = screen.Match(text.encode("utf-8", "surrogatepass")) if screen else range(len(names))
-        # The screen reads each pattern with its own case: on ASCII text its hit is the verdict.
-        trusted = screen is not None and text.isascii()
-        for name in dict.fromkeys(names[h] for h in sorted(hits or ())):
-            if trusted or any(p.search(text) for p in ENGINES[name].log.detect):
-                scores[name] += 1
-                first.setdefault(name, number)
+    for number, line in itertools.islice(lines, DETECT_LINES):
+        for name in _names_in(line):
+            scores[name] += 1
+            first.setdefault(name, number)
     if not scores:
         return None
     best = scores.most_common(1)[0][0]
@@ -168,27 +162,40 @@ def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None
     return name, first[name]
 
 
-def _detect_candidates(lines: Sequence[tuple[int, str]]) -> Iterable[tuple[int, str]]:
-    """The lines that may name an engine: one block scan rules the others out."""
-    screen = _detect_block()
+def _names_in(line: str) -> Iterable[str]:
+    """The engines whose tell-tale patterns ``line`` holds (cleaned), in the patterns' order."""
+    names, screen = _detect_screen()
     if screen is None:
-        return lines
-    data = "".join(f"{text}\n" for _, text in lines).encode("utf-8", "surrogatepass")
-    walk = screen.walk(data, 0, lambda: False, lambda start, stop: None, redraws=False)
-    return [lines[index] for _, index, _ in walk if index is not None and index < len(lines)]
+        text = clean(line)
+        return [
+            n for n in dict.fromkeys(names) if any(p.search(text) for p in ENGINES[n].log.detect)
+        ]
+    text = clean(line)
+    hits = screen.Match(text.encode("utf-8", "surrogatepass"))
+    if not hits:
+        return ()
+    found = _engines_of(tuple(sorted(hits)))
+    # The screen reads each pattern with its own case: on ASCII text its hit is the verdict.
+    if text.isascii():
+        return found
+    return [n for n in found if any(p.search(text) for p in ENGINES[n].log.detect)]
 
 
-@functools.cache
-def _detect_block() -> BlockScreen | None:
-    """Every engine's tell-tale patterns as one block screen (lines with colour codes too)."""
-    patterns = [p.pattern for e in ENGINES.values() for p in e.log.detect]
-    return block_screen([*patterns, r"[\x00-\x08\x0b-\x1f\x7f]"], ())
+@functools.lru_cache(maxsize=256)
+def _engines_of(hits: tuple[int, ...]) -> tuple[str, ...]:
+    """The engines of the detect screen's sorted ``hits``, each once, in their order."""
+    names = _detect_screen()[0]
+    return tuple(dict.fromkeys(names[h] for h in hits))
+
+
+def _detect_patterns() -> list[tuple[str, re.Pattern[str]]]:
+    return [(n, p) for n, e in ENGINES.items() for p in e.log.detect]
 
 
 @functools.cache
 def _detect_screen() -> tuple[tuple[str, ...], Screen | None]:
     """Every engine's tell-tale patterns in one RE2 set, and the engine of each."""
-    pairs = [(n, cased(p)) for n, e in ENGINES.items() for p in e.log.detect]
+    pairs = [(n, cased(p)) for n, p in _detect_patterns()]
     return tuple(n for n, _ in pairs), screen_of(p for _, p in pairs)
 
 
