@@ -11,9 +11,15 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Final, Protocol
 
 import re2
+
+#: RE2's memory for one set. A classifier's piece screen (its patterns, the fatal words,
+#: the timestamp formats) needs more DFA states than 64 MiB holds: under that budget RE2
+#: rebuilt its cache every few lines and a scan cost 50 us where it costs 4. The budget is a
+#: ceiling: the states a log's lines reach take a few MiB.
+_MAX_MEM: Final = 256 << 20
 
 
 class Screen(Protocol):
@@ -38,7 +44,7 @@ def _compiled_screen(regexes: tuple[str, ...]) -> Screen | None:
     """
     options = re2.Options()
     options.case_sensitive = False
-    options.max_mem = 64 << 20  # the profiles' sets take a few MiB; the default 8 MiB is tight
+    options.max_mem = _MAX_MEM
     screen = re2.Set.SearchSet(options)
     try:
         for regex in regexes:

@@ -25,7 +25,7 @@ costs time linear in its length: these run on every line read.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Final
 
 from exporter.base.linear import present, screen_of
@@ -311,16 +311,25 @@ _NEEDS: Final = (
 _URL, _ENCODED_AT, _QUERY, _COOKIE_PAIR, _DASHES, _KEY_PAIR, _ENV_NAME = range(7)
 _BEARER_WORD, _FORMAT_FROM = 7, 8
 _SCREEN: Final = screen_of(_NEEDS)
+#: What ``redact``'s screen looks for, for a caller that scans a line for more than this:
+#: the indices of its hits, less its offset, are ``redact``'s ``shapes``.
+REDACT_SCREEN: Final = _NEEDS
 
 
-def redact(text: str) -> str:
+def redact(text: str, shapes: Collection[int] | None = None) -> str:
     """Replace secrets in one line with ``<redacted>``, by shape (see the module docstring).
 
     Each pass runs only on lines holding its literal (one scan finds which), and most lines
-    of a log hold none.
+    of a log hold none. ``shapes``: that scan's hits (``REDACT_SCREEN``'s indices), where
+    the caller's own scan of the whole text found them.
     """
     # The screen always compiles (a test checks); without it every pass runs.
-    found = set(range(len(_NEEDS))) if _SCREEN is None else set(present(_SCREEN, text))
+    if shapes is not None:
+        found = shapes
+    elif _SCREEN is None:
+        found = set(range(len(_NEEDS)))
+    else:
+        found = set(present(_SCREEN, text))
     if _URL in found:
         text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     if _ENCODED_AT in found:

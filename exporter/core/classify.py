@@ -18,7 +18,7 @@ from typing import Final
 
 from exporter.base.linear import cased, present
 from exporter.base.model import FailureReason, LogClass, LogEvent
-from exporter.base.redact import redact
+from exporter.base.redact import REDACT_SCREEN, redact
 from exporter.core.failure import (
     EXCEPTION,
     FRAME,
@@ -196,13 +196,15 @@ class LogClassifier:
         self._hint_at = len(regexes) + len(_SCREEN_EXTRAS)
         self._chains_at = self._hint_at + 1
         self._stamps_at = self._chains_at + len(vocabulary.CHAIN_HINTS)
+        self._redact_at = self._stamps_at + len(TIMESTAMP_SCREEN)
         chains = [cased(regex) for regex, _ in vocabulary.CHAIN_HINTS]
-        pieces = screen_of(
-            [*regexes, *_SCREEN_EXTRAS, vocabulary.FATAL_HINT.pattern, *chains, *TIMESTAMP_SCREEN]
-        )
+        extras = (vocabulary.FATAL_HINT.pattern, *chains, *TIMESTAMP_SCREEN, *REDACT_SCREEN)
+        pieces = screen_of([*regexes, *_SCREEN_EXTRAS, *extras])
         self._scan: Callable[[bytes], list[int] | None] | None = (
             None if pieces is None else pieces.Match
         )
+        #: ``plain``'s scan of the line it last looked at, for ``classify`` to go on from.
+        self._plain_scan: tuple[str, list[int]] | None = None
         requests = [p.regex.pattern for p in access.ACCESS]
         flagged = [r for r in (*regexes, *_SCREEN_EXTRAS, TQDM_STATS.pattern) if r not in requests]
         #: The same screen over a whole block of lines (``core.logblock``); None with
@@ -236,7 +238,7 @@ class LogClassifier:
         no event, no timestamp or level parse, no redaction.
         """
         # Spelled out, not looped: this runs for every line a serving engine writes.
-        match = self._match
+        match = self._scan or self._match
         if self._traceback is not None or match is None or self._user_any:
             return None
         if "\r" in line:  # redraws: ``split_updates`` makes several events of the line
@@ -247,6 +249,9 @@ class LogClassifier:
             return None
         head = line[:MATCH_CHARS]
         hits = match(head.encode("utf-8", "surrogatepass"))
+        if hits and self._scan is not None:  # the piece screen: ``classify`` reuses its scan
+            self._plain_scan = (head, hits)
+            hits = [i for i in hits if i < self._hint_at]  # the extras decide nothing here
         if not hits:
             return None if head.isspace() or not head else LogClass.INFO
         return self._plain_hits(head, hits)
@@ -323,7 +328,7 @@ class LogClassifier:
                 counts[cls] += 1
                 continue
             when = self._timestamp(text, at, stamps) if line_time else None
-            kept = redact(text[: 2 * MAX_LINE_CHARS])[:MAX_LINE_CHARS]
+            kept = redact(text[: 2 * MAX_LINE_CHARS], self._secret_shapes(text))[:MAX_LINE_CHARS]
             if kept is not text:  # a secret went (or the line was cut): scanned again
                 self._scanned(kept[:MATCH_CHARS])
             event = self._event(kept, at if when is None else when, line_no)
@@ -340,18 +345,25 @@ class LogClassifier:
         scan = self._scan or self._match
         if scan is None:
             return None
-        self._hits = hits = sorted(scan(head.encode("utf-8", "surrogatepass")) or ())
+        known, self._plain_scan = self._plain_scan, None
+        found = known[1] if known is not None and known[0] is head else None
+        self._hits = hits = sorted(found or scan(head.encode("utf-8", "surrogatepass")) or ())
         layer_of, layers = self._layer_of, len(self._layer_of)
         self._hit_layers = {layer_of[i] for i in hits if i < layers}
         if self._scan is None:
             return None
-        return [i - self._stamps_at for i in hits if i >= self._stamps_at]
+        return [i - self._stamps_at for i in hits if self._stamps_at <= i < self._redact_at]
 
     def _scan_of(self, text: str) -> list[int] | None:
         """The piece screen's hits on ``text``, when its last scan was of it; else None."""
         if text is not self._screened or self._scan is None:
             return None
         return self._hits
+
+    def _secret_shapes(self, text: str) -> set[int] | None:
+        """``redact``'s shapes in ``text``, when the piece screen's last scan was of it all."""
+        hits = self._scan_of(text)
+        return None if hits is None else {i - self._redact_at for i in hits if i >= self._redact_at}
 
     def _names_loader(self, text: str) -> bool | None:
         """Whether ``text`` names a loader, when the piece screen's scan tells; else None."""
