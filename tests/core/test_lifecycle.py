@@ -461,6 +461,10 @@ def test_invariants_hold_on_arbitrary_observation_sequences(seq):
         key = (state.pid, state.create_time)
         if key != start_key:
             start_key, last_ratio, ready_seen = key, None, False
+        if state.phase in (Phase.DOWN, Phase.FAILED):
+            # The start ended: a process found again after it was gone (a pidfile missing for
+            # a tick, the same pid and start time) begins a new one, its progress afresh.
+            last_ratio = None
         if state.ready:
             ready_seen = True
         if state.phase is Phase.SERVING:
