@@ -33,7 +33,7 @@ from exporter.core.failure import (
     stronger,
 )
 from exporter.core.logblock import BlockScreen, block_screen
-from exporter.core.loglevel import INFO, WARNING, level_class, line_level
+from exporter.core.loglevel import INFO, LEVEL_SCREEN, WARNING, level_class, line_level
 from exporter.core.logtext import (
     FUTURE_SLACK_SECONDS,
     MATCH_CHARS,
@@ -42,6 +42,7 @@ from exporter.core.logtext import (
     TQDM_STATS,
     clean,
     count_value,
+    is_redraw,
     one_year_earlier,
     parse_timestamp,
     split_updates,
@@ -71,14 +72,6 @@ _RANK = re.compile(r"(?:\bTP|_TP)(\d+)\b|\brank[= ](\d+)\b", re.I)
 _LAUNCH_MARKERS: Final = frozenset({"server_args", "engine_init"})
 
 
-def _is_redraw(text: str) -> bool:
-    """A tqdm bar update that ends with its ``[elapsed<remaining]`` (nothing glued after)."""
-    if not text.endswith("]"):
-        return False
-    m = TQDM_STATS.search(text)
-    return m is not None and m.end() == len(text)
-
-
 class _UserPatterns:
     """The operator's patterns of one kind, compiled by the config with a linear-time engine.
 
@@ -98,18 +91,11 @@ def _sorted_fatal(patterns: Iterable[LogPattern]) -> PatternSet:
     return PatternSet(sorted(patterns, key=lambda p: REASON_ORDER.get(p.fatal_reason, 9)))
 
 
-#: What sends a line past the screen besides the patterns: a level of warning or worse in
-#: any of ``loglevel.line_level``'s shapes (a superset: "err" in "stderr" only costs a
-#: check), exception and warning lines, a traceback or a bare frame of one, a loader, a wait
-#: on peers, control characters ``clean`` would strip.
-_LEVEL_EXTRAS: Final = (
-    r"warn|err|crit|fatal|panic|exception|traceback",
-    r"(?:^|\s)[WEF]\d{4} \d\d:\d\d:\d\d",
-    r"^\d+\.\d\d\.\d{3}\.\d{3} [WE] ",
-    r"\[[WEF](?:\]| \w)",
-)
+#: What sends a line past the screen besides the patterns: a level of warning or worse
+#: (``loglevel.LEVEL_SCREEN``), a traceback or a bare frame of one, a loader, a wait on
+#: peers, control characters ``clean`` would strip.
 _SCREEN_EXTRAS: Final = (
-    *_LEVEL_EXTRAS,
+    *LEVEL_SCREEN,
     r"[\x00-\x08\x0b-\x1f\x7f]",
     r'File "[^"]+", line \d+',  # a bare frame opens a traceback (an excerpt cut inside one)
     *(regex.pattern for regex, _ in vocabulary.LOADERS),
@@ -185,8 +171,8 @@ class LogClassifier:
         self._hit_layers: set[int] = set()
         self._screened: str | None = None
         regexes += [p.regex.pattern for p in self._benign_layer]
-        #: The screen's indices of the level words (``_LEVEL_EXTRAS``), right after the layers.
-        self._level_extras = frozenset(range(len(regexes), len(regexes) + len(_LEVEL_EXTRAS)))
+        #: The screen's indices of the level words (``LEVEL_SCREEN``), right after the layers.
+        self._level_extras = frozenset(range(len(regexes), len(regexes) + len(LEVEL_SCREEN)))
         loaders = len(regexes) + _SCREEN_EXTRAS.index(vocabulary.LOADERS[0][0].pattern)
         self._loader_hits = frozenset(range(loaders, loaders + len(vocabulary.LOADERS)))
         screen = screen_of([*regexes, *_SCREEN_EXTRAS])
@@ -263,6 +249,35 @@ class LogClassifier:
         hits = [i for i in self._hits if i < self._hint_at]  # the extras decide nothing
         return self._plain_hits(head, hits) if hits else LogClass.INFO
 
+    def _counted(self, text: str, stamps: list[int] | None) -> LogClass | None:
+        """The class of a piece that is only counted (``classify``'s ``counts``), or None.
+
+        A piece ``plain`` would count, or a frame or source line of the open traceback that
+        nothing else can match, which holds no timestamp, loader or secret: an error line
+        that tells nothing but what its traceback notes of it (most of a crash's lines).
+        """
+        head = text[:MATCH_CHARS]
+        if (cls := self._plain_piece(head)) is not None:
+            return cls
+        if stamps != [] or head is not text or not self._quiet_frame(head):
+            return None
+        tb = self._traceback
+        assert tb is not None
+        tb.budget -= 1  # as ``_match_traceback`` counts the lines it awaits the end in
+        self._note_frame(tb, head)
+        return LogClass.ERROR
+
+    def _quiet_frame(self, head: str) -> bool:
+        """Whether the scanned ``head`` is a traceback's body line and nothing else can be."""
+        tb, hits = self._traceback, self._hits
+        if tb is None or hits is None or self._user_any or tb.budget <= 1 or self._hit_layers:
+            return False
+        if self._hint_at in hits or not self._loader_hits.isdisjoint(hits):
+            return False
+        if any(i >= self._redact_at for i in hits) or is_redraw(head):
+            return False
+        return TRACEBACK_HEAD.search(head) is None and TRACEBACK_BODY.search(head) is not None
+
     def _plain_hits(self, head: str, hits: list[int]) -> LogClass | None:
         """``plain``'s class of a line with the screen's (non-empty) ``hits``, or None."""
         # Known noise (request traffic above all), or a level word that may be no level
@@ -324,7 +339,7 @@ class LogClassifier:
             if not text.strip():
                 continue
             stamps = self._scanned(text[:MATCH_CHARS])
-            if counts is not None and (cls := self._plain_piece(text[:MATCH_CHARS])) is not None:
+            if counts is not None and (cls := self._counted(text, stamps)) is not None:
                 counts[cls] += 1
                 continue
             when = self._timestamp(text, at, stamps) if line_time else None
@@ -420,7 +435,7 @@ class LogClassifier:
         if head != self._screened:  # the scan was of another text: read this one
             self._scanned(head)
         head = self._screened if self._screened is not None else head  # the scanned object
-        if _is_redraw(head):  # most pieces of a log are bar redraws: only markers apply
+        if is_redraw(head):  # most pieces of a log are bar redraws: only markers apply
             return self._match_marker(head, at, line_no) or LogEvent(
                 LogClass.INFO, head, at, line_no=line_no
             )

@@ -65,6 +65,14 @@ _LEVELS: Final[dict[str, int]] = {
 INFO: Final = 20
 WARNING: Final = 30
 ERROR: Final = 40
+#: A level of warning or worse in any of ``line_level``'s shapes, and exception and warning
+#: lines, as regexes for a screen: a superset ("err" in "stderr" only costs a check).
+LEVEL_SCREEN: Final = (
+    r"warn|err|crit|fatal|panic|exception|traceback",
+    r"(?:^|\s)[WEF]\d{4} \d\d:\d\d:\d\d",
+    r"^\d+\.\d\d\.\d{3}\.\d{3} [WE] ",
+    r"\[[WEF](?:\]| \w)",
+)
 _EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): ")
 _WARNING_LINE = re.compile(r"\w+Warning: ")
 

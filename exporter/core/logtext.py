@@ -42,6 +42,14 @@ def clean(text: str) -> str:
     return _CONTROL.sub("", _ANSI.sub("", text.rstrip("\n")))
 
 
+def is_redraw(text: str) -> bool:
+    """A tqdm bar update that ends with its ``[elapsed<remaining]`` (nothing glued after)."""
+    if not text.endswith("]"):
+        return False
+    m = TQDM_STATS.search(text)
+    return m is not None and m.end() == len(text)
+
+
 def split_updates(line: str) -> list[str]:
     r"""Split one physical line into the updates it holds.
 

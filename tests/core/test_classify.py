@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from exporter.base.model import FailureReason, LogClass, Phase
+from exporter.base.model import FailureReason, LogClass, LogEvent, Phase
 from exporter.config import UserRegex
 from exporter.core.classify import MAX_LINE_CHARS, LogClassifier, clean, redact, split_updates
 from exporter.engines import ENGINES
@@ -96,13 +96,64 @@ def test_redraws_that_match_nothing_are_counted_and_the_bar_among_them_is_an_eve
     assert [e.cls for e in events] == [LogClass.INFO, LogClass.PROGRESS, LogClass.INFO]
 
 
-def test_a_redraw_inside_a_traceback_is_not_counted_away():
+def test_a_redraw_inside_a_traceback_is_counted_as_its_error_not_as_info():
     c = LogClassifier(ENGINES["vllm"].log)
     c.classify("Traceback (most recent call last):", at=AT)
     counts: Counter[LogClass] = Counter()
-    events = c.classify("\r  x = f(y)\r", at=AT, counts=counts)
-    assert [e.cls for e in events] == [LogClass.ERROR]
+    assert c.classify("\r  x = f(y)\r", at=AT, counts=counts) == []
+    assert counts == {LogClass.ERROR: 1}
+    assert c.in_traceback
+
+
+def _crash(*lines: str, engine: str = "sglang") -> tuple[list[LogEvent], Counter[LogClass]]:
+    """Lines classified as replay-log classifies them: what can only be counted, counted."""
+    c, counts = LogClassifier(ENGINES[engine].log), Counter[LogClass]()
+    events = [
+        e
+        for n, line in enumerate(lines, 1)
+        for e in c.classify(line, at=AT, line_no=n, counts=counts)
+    ]
+    return events, counts
+
+
+WRAPPER = "[2026-03-01 12:00:00] Scheduler hit an exception: Traceback (most recent call last):"
+
+
+def test_a_tracebacks_frames_are_counted_and_what_they_show_is_kept():
+    # A crash's frames are most of its lines: errors counted, no event. The top frame still
+    # makes the bare traceback an uncaught exception (tgi-14-crash): the process ends.
+    frames = [
+        '  File "/app/serve.py", line 5, in <module>',
+        "    main()",
+        '  File "/app/serve.py", line 3, in main',
+        "    serve_forever(port)",
+    ]
+    events, counts = _crash("Traceback (most recent call last):", *frames, "RuntimeError: boom")
+    assert counts == {LogClass.ERROR: len(frames)}
+    assert [(e.line_no, e.cls) for e in events] == [(1, LogClass.ERROR), (6, LogClass.FATAL)]
+    assert events[-1].fatal_reason is FailureReason.CRASH
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '[2026-03-01 12:00:01]   File "/sgl/x.py", line 3, in f',  # its own time
+        "    connect(api_key='CANARYframe')",  # a secret: redacted in an event
+        "    self.comm = PyNcclCommunicator(group)",  # a fatal family's word (sglang-16-nccl)
+    ],
+)
+def test_a_frame_with_a_time_a_secret_or_a_fatal_word_stays_an_event(frame):
+    events, counts = _crash(WRAPPER, frame, "RuntimeError: boom")
+    assert [e.line_no for e in events] == [1, 2, 3]
+    assert "CANARY" not in events[1].text
     assert not counts
+
+
+def test_a_traceback_that_never_ends_is_abandoned_after_its_budget_when_counted():
+    events, counts = _crash(WRAPPER, *["    pass"] * 250)
+    assert events[1].cls is LogClass.FATAL  # the wrapper line, once the budget ran out
+    assert events[1].line_no == 1
+    assert counts[LogClass.ERROR] < 200
 
 
 def test_a_megabyte_line_is_capped():
