@@ -55,7 +55,7 @@ STDLIB = set(sys.stdlib_module_names)
                 m,
                 {
                     "exporter.base",
-                    "exporter.core.classify",
+                    "exporter.core.failure",  # the reason detail; never the classifier
                     "exporter.core.lifecycle",
                     "exporter.engines",
                 },
