@@ -15,11 +15,12 @@ from typing import Final, Protocol
 
 import re2
 
-#: RE2's memory for one set. A classifier's piece screen (its patterns, the fatal words,
-#: the timestamp formats) needs more DFA states than 64 MiB holds: under that budget RE2
-#: rebuilt its cache every few lines and a scan cost 50 us where it costs 4. The budget is a
-#: ceiling: the states a log's lines reach take a few MiB.
-_MAX_MEM: Final = 256 << 20
+#: RE2's memory for one set's DFA cache, a ceiling. A classifier's piece screen (its
+#: patterns, the fatal words, the timestamp and secret shapes) reaches many DFA states; under
+#: a tight budget RE2 drops its cache and rebuilds it every few lines: at 64 MiB a scan cost
+#: 50 us where it costs 4, and at 256 MiB every other pass over the shared corpus still ran
+#: 40 % slower. Replaying the whole corpus takes the same RSS under 64 MiB as under 1 GiB.
+_MAX_MEM: Final = 1 << 30
 
 
 class Screen(Protocol):
