@@ -48,6 +48,7 @@ from exporter.core.logtext import (
     split_updates,
     with_loader,
 )
+from exporter.core.modelloads import ModelLoads
 from exporter.core.screen import PatternSet, Screen, screen_of
 from exporter.engines import access, vocabulary
 from exporter.engines.profile import LogPattern, LogPatterns, LogProfile, Matcher
@@ -67,7 +68,6 @@ __all__ = [
 ]
 
 # --- classification ------------------------------------------------------------------------
-_RANK = re.compile(r"(?:\bTP|_TP)(\d+)\b|\brank[= ](\d+)\b", re.I)
 #: Markers an engine prints once per launch: what came before belongs to an earlier run.
 _LAUNCH_MARKERS: Final = frozenset({"server_args", "engine_init"})
 
@@ -208,8 +208,7 @@ class LogClassifier:
         self._user_any = bool(user.fatal or user.benign or user.markers)
         self._tz = tz
         self._year: int | None = None
-        self._ended: set[str] = set()
-        self._model_index = 0
+        self._loads = ModelLoads()
         self._traceback: OpenTraceback | None = None
         #: Timestamp parsed from the last line given to ``classify``; None if it had none.
         self.last_timestamp: float | None = None
@@ -307,8 +306,7 @@ class LogClassifier:
 
     def reset(self) -> None:
         """Forget what belongs to one run of the engine (call it when the process changes)."""
-        self._ended.clear()
-        self._model_index = 0
+        self._loads = ModelLoads()
         self._traceback = None
 
     def classify(
@@ -556,16 +554,14 @@ class LogClassifier:
             return self._progress_event(p, m, text, at, line_no)
         if p.marker in _LAUNCH_MARKERS:
             self.reset()
-        self._track_model(p.marker, text)
+        self._loads.note(p.marker, text)
         return LogEvent(p.cls, text, at, phase=p.phase, marker=p.marker, line_no=line_no)
 
     def _progress_event(
         self, p: LogPattern, m: re.Match[str], text: str, at: float, line_no: int | None
     ) -> LogEvent:
         done, total = count_value(m.group("done")), count_value(m.group("total"))
-        key = p.marker or "progress"
-        if p.per_model and self._model_index > 0:
-            key = f"draft:{key}"
+        key = self._loads.key(p.marker or "progress", per_model=p.per_model)
         return LogEvent(
             LogClass.PROGRESS,
             text,
@@ -576,15 +572,3 @@ class LogClassifier:
             progress_key=key,
             line_no=line_no,
         )
-
-    def _track_model(self, marker: str | None, text: str) -> None:
-        """Count model loads per rank: a load that begins after one ended is the draft's."""
-        if marker not in ("weights_begin", "weights_end"):
-            return
-        m = _RANK.search(text)
-        rank = (m.group(1) or m.group(2)) if m else "-"
-        if marker == "weights_end":
-            self._ended.add(rank)
-        elif rank in self._ended:
-            self._ended.discard(rank)
-            self._model_index += 1
