@@ -91,13 +91,14 @@ def _sorted_fatal(patterns: Iterable[LogPattern]) -> PatternSet:
     return PatternSet(sorted(patterns, key=lambda p: REASON_ORDER.get(p.fatal_reason, 9)))
 
 
+_FRAME_SHAPE: Final = r'File "[^"]+", line \d+'
 #: What sends a line past the screen besides the patterns: a level of warning or worse
 #: (``loglevel.LEVEL_SCREEN``), a traceback or a bare frame of one, a loader, a wait on
 #: peers, control characters ``clean`` would strip.
 _SCREEN_EXTRAS: Final = (
     *LEVEL_SCREEN,
     r"[\x00-\x08\x0b-\x1f\x7f]",
-    r'File "[^"]+", line \d+',  # a bare frame opens a traceback (an excerpt cut inside one)
+    _FRAME_SHAPE,  # a bare frame opens a traceback (an excerpt cut inside one)
     *(regex.pattern for regex, _ in vocabulary.LOADERS),
     vocabulary.PEER_WAIT.pattern,  # the peers bound's evidence: kept as an event
 )
@@ -183,6 +184,9 @@ class LogClassifier:
         self._chains_at = self._hint_at + 1
         self._stamps_at = self._chains_at + len(vocabulary.CHAIN_HINTS)
         self._redact_at = self._stamps_at + len(TIMESTAMP_SCREEN)
+        #: Hits that leave a piece's event nothing to say but its class (``_quiet``).
+        frame = len(regexes) + _SCREEN_EXTRAS.index(_FRAME_SHAPE)
+        self._quiet_hits = self._level_extras | {frame, *range(self._hint_at, self._redact_at)}
         chains = [cased(regex) for regex, _ in vocabulary.CHAIN_HINTS]
         extras = (vocabulary.FATAL_HINT.pattern, *chains, *TIMESTAMP_SCREEN, *REDACT_SCREEN)
         pieces = screen_of([*regexes, *_SCREEN_EXTRAS, *extras])
@@ -248,34 +252,53 @@ class LogClassifier:
         hits = [i for i in self._hits if i < self._hint_at]  # the extras decide nothing
         return self._plain_hits(head, hits) if hits else LogClass.INFO
 
-    def _counted(self, text: str, stamps: list[int] | None) -> LogClass | None:
+    def _counted(self, text: str, stamps: list[int] | None, at: float) -> LogClass | None:
         """The class of a piece that is only counted (``classify``'s ``counts``), or None.
 
-        A piece ``plain`` would count, or a frame or source line of the open traceback that
-        nothing else can match, which holds no timestamp, loader or secret: an error line
-        that tells nothing but what its traceback notes of it (most of a crash's lines).
+        A piece ``plain`` would count, or one whose event would say nothing but its class:
+        a warning no pattern knows, a frame of the open traceback (most of a crash's lines).
+        Its timestamp is still read: later lines without one take it.
         """
         head = text[:MATCH_CHARS]
         if (cls := self._plain_piece(head)) is not None:
             return cls
-        if stamps != [] or head is not text or not self._quiet_frame(head):
+        if head is not text or not self._quiet(head) or (cls := self._quiet_class(head)) is None:
             return None
-        tb = self._traceback
-        assert tb is not None
-        tb.budget -= 1  # as ``_match_traceback`` counts the lines it awaits the end in
-        self._note_frame(tb, head)
-        return LogClass.ERROR
+        if stamps != []:
+            self._timestamp(text, at, stamps)
+        return cls
 
-    def _quiet_frame(self, head: str) -> bool:
-        """Whether the scanned ``head`` is a traceback's body line and nothing else can be."""
-        tb, hits = self._traceback, self._hits
-        if tb is None or hits is None or self._user_any or tb.budget <= 1 or self._hit_layers:
+    def _quiet(self, head: str) -> bool:
+        """Whether the scanned ``head`` holds nothing but a level, a time, a frame's shape.
+
+        No pattern, loader, wait on peers or secret: the shared fatal families' words alone
+        decide nothing (their layer has no hit either).
+        """
+        hits = self._hits
+        if hits is None or self._user_any or is_redraw(head):
             return False
-        if self._hint_at in hits or not self._loader_hits.isdisjoint(hits):
-            return False
-        if any(i >= self._redact_at for i in hits) or is_redraw(head):
-            return False
-        return TRACEBACK_HEAD.search(head) is None and TRACEBACK_BODY.search(head) is not None
+        quiet = self._quiet_hits
+        return all(i in quiet for i in hits) and TRACEBACK_HEAD.search(head) is None
+
+    def _quiet_class(self, head: str) -> LogClass | None:
+        """The class ``_event`` gives a quiet ``head``, the traceback moved on as it would.
+
+        None, and nothing moved, where it would make more of it: a frame that opens a
+        traceback, a traceback's exception line, its last line before its budget runs out.
+        """
+        tb = self._traceback
+        if tb is None:
+            return None if FRAME.search(head) else level_class(head)
+        body = TRACEBACK_BODY.search(head) is not None
+        if tb.budget <= 1 or (not body and EXCEPTION.search(head)):
+            return None
+        tb.budget -= 1  # as ``_match_traceback`` counts the lines it awaits the end in
+        if body:
+            self._note_frame(tb, head)
+            return LogClass.ERROR
+        if tb.headless:
+            self._traceback = None
+        return level_class(head)
 
     def _plain_hits(self, head: str, hits: list[int]) -> LogClass | None:
         """``plain``'s class of a line with the screen's (non-empty) ``hits``, or None."""
@@ -337,7 +360,7 @@ class LogClassifier:
             if not text.strip():
                 continue
             stamps = self._scanned(text[:MATCH_CHARS])
-            if counts is not None and (cls := self._counted(text, stamps)) is not None:
+            if counts is not None and (cls := self._counted(text, stamps, at)) is not None:
                 counts[cls] += 1
                 continue
             when = self._timestamp(text, at, stamps) if line_time else None

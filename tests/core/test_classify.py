@@ -106,13 +106,13 @@ def test_a_redraw_inside_a_traceback_is_counted_as_its_error_not_as_info():
 
 
 def _crash(*lines: str, engine: str = "sglang") -> tuple[list[LogEvent], Counter[LogClass]]:
-    """Lines classified as replay-log classifies them: what can only be counted, counted."""
+    """Lines classified as replay-log classifies them: counted where they can only count,
+    a line without a timestamp taking the last one read."""
     c, counts = LogClassifier(ENGINES[engine].log), Counter[LogClass]()
-    events = [
-        e
-        for n, line in enumerate(lines, 1)
-        for e in c.classify(line, at=AT, line_no=n, counts=counts)
-    ]
+    events, last = [], AT
+    for n, line in enumerate(lines, 1):
+        events += c.classify(line, at=last, line_no=n, counts=counts)
+        last = c.last_timestamp or last
     return events, counts
 
 
@@ -137,16 +137,40 @@ def test_a_tracebacks_frames_are_counted_and_what_they_show_is_kept():
 @pytest.mark.parametrize(
     "frame",
     [
-        '[2026-03-01 12:00:01]   File "/sgl/x.py", line 3, in f',  # its own time
         "    connect(api_key='CANARYframe')",  # a secret: redacted in an event
-        "    self.comm = PyNcclCommunicator(group)",  # a fatal family's word (sglang-16-nccl)
+        '  File "/app/fastsafetensors/load.py", line 9, in load',  # a loader's name
+        "    raise torch.OutOfMemoryError('CUDA out of memory')",  # a fatal family's line
     ],
 )
-def test_a_frame_with_a_time_a_secret_or_a_fatal_word_stays_an_event(frame):
-    events, counts = _crash(WRAPPER, frame, "RuntimeError: boom")
-    assert [e.line_no for e in events] == [1, 2, 3]
+def test_a_frame_with_a_secret_a_loader_or_a_fatal_line_stays_an_event(frame):
+    events, _ = _crash(WRAPPER, frame, "RuntimeError: boom")
+    assert [e.line_no for e in events][:2] == [1, 2]
     assert "CANARY" not in events[1].text
-    assert not counts
+
+
+def test_a_counted_line_still_gives_its_time_to_the_lines_after_it():
+    frame = '[2026-03-01 12:00:05]   File "/sgl/x.py", line 3, in f'
+    warning = "[2026-03-01 12:00:07] WARNING something the profile does not know"
+    events, counts = _crash(WRAPPER, frame, "RuntimeError: boom", warning, "Error: no time here")
+    assert counts == {LogClass.ERROR: 1, LogClass.WARNING: 1}
+    assert [(e.line_no, e.at) for e in events] == [
+        (1, local(2026, 3, 1, 12, 0, 0)),
+        (3, local(2026, 3, 1, 12, 0, 5)),
+        (5, local(2026, 3, 1, 12, 0, 7)),
+    ]
+    assert events[1].cls is LogClass.FATAL
+
+
+def test_an_excerpt_cut_inside_a_traceback_is_read_as_one_when_counted():
+    # vllm-36-crash: a bare frame opens the traceback, its exception line is the cause.
+    frame = '  File "/app/x.py", line 3, in f'
+    events, counts = _crash(frame, "    g()", "ValueError: bad")
+    assert [(e.line_no, e.cls) for e in events][-1] == (3, LogClass.FATAL)
+    assert counts == {LogClass.ERROR: 1}
+    # A line that is neither frame, source nor exception ends such a traceback.
+    events, counts = _crash(frame, "    g()", "the service said hello", "ValueError: bad")
+    assert LogClass.FATAL not in {e.cls for e in events}
+    assert counts == {LogClass.ERROR: 2, LogClass.INFO: 1}  # the exception line an error
 
 
 def test_a_traceback_that_never_ends_is_abandoned_after_its_budget_when_counted():
