@@ -13,7 +13,7 @@ import json
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -150,8 +150,9 @@ def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None
     """
     scores: Counter[str] = Counter()
     first: dict[str, int] = {}
+    match = _detect_screen()[1]
     for number, line in itertools.islice(lines, DETECT_LINES):
-        for name in _names_in(line):
+        for name in _names_in(line, None if match is None else match.Match):
             scores[name] += 1
             first.setdefault(name, number)
     if not scores:
@@ -162,16 +163,16 @@ def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None
     return name, first[name]
 
 
-def _names_in(line: str) -> Iterable[str]:
-    """The engines whose tell-tale patterns ``line`` holds (cleaned), in the patterns' order."""
-    names, screen = _detect_screen()
-    if screen is None:
-        text = clean(line)
-        return [
-            n for n in dict.fromkeys(names) if any(p.search(text) for p in ENGINES[n].log.detect)
-        ]
+def _names_in(line: str, match: Callable[[bytes], list[int] | None] | None) -> Iterable[str]:
+    """The engines whose tell-tale patterns ``line`` holds (cleaned), in the patterns' order.
+
+    ``match``: the detect screen's search (``_detect_screen``); None when it did not compile.
+    """
     text = clean(line)
-    hits = screen.Match(text.encode("utf-8", "surrogatepass"))
+    if match is None:
+        names = dict.fromkeys(_detect_screen()[0])
+        return [n for n in names if any(p.search(text) for p in ENGINES[n].log.detect)]
+    hits = match(text.encode("utf-8", "surrogatepass"))
     if not hits:
         return ()
     found = _engines_of(tuple(sorted(hits)))

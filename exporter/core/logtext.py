@@ -37,8 +37,10 @@ def clean(text: str) -> str:
 
     The result is what every pattern is matched against.
     """
-    if text.isprintable() and "#033[" not in text:  # no control character, no escape
-        return text
+    if "#033[" not in text and (
+        text.isprintable() or (_CONTROL.search(text) is None and not text.endswith("\n"))
+    ):
+        return text  # nothing to strip: no control character or escape (a tab is kept)
     return _CONTROL.sub("", _ANSI.sub("", text.rstrip("\n")))
 
 
