@@ -25,6 +25,7 @@ from exporter.base.localzone import local_utc_offset_seconds, local_zone
 from exporter.base.model import FailureReason, LogClass, LogEvent, Observation, Phase, ProcessSample
 from exporter.core.classify import LogClassifier, Screen, clean, screen_of
 from exporter.core.lifecycle import Thresholds, initial_state, step
+from exporter.core.logblock import BlockScreen
 from exporter.engines import ENGINES
 from exporter.engines.profile import LogProfile
 
@@ -275,7 +276,7 @@ def _classify_counted(
     out: list[_Line] = []
     plain: Counter[LogClass] = Counter()
     last: float | None = None
-    for number, text in _flagged(classifier, lines, plain):
+    for number, text in _flagged(classifier, lines, plain, lambda: bool(out)):
         # The first line is the first step (the start begins there), whatever it says.
         if out and (cls := classifier.plain(text)) is not None:
             plain[cls] += 1
@@ -297,12 +298,18 @@ def _classify_counted(
 
 
 def _flagged(
-    classifier: LogClassifier, lines: Sequence[tuple[int, str]], plain: Counter[LogClass]
+    classifier: LogClassifier,
+    lines: Sequence[tuple[int, str]],
+    plain: Counter[LogClass],
+    started: Callable[[], bool],
 ) -> Iterator[tuple[int, str]]:
     """The first line, then the lines the classifier's block screen flags; the rest counted.
 
     As the daemon reads a file: the lines after the first go through the screen as one
-    block, so a replay of a serving log costs a scan, not a classifier call a line.
+    block, so a replay of a serving log costs a scan, not a classifier call a line. A log
+    without request access lines (a start-up's: most of its lines are flagged, and a search
+    a line costs more than the line's own check) goes line by line once ``started`` (the
+    caller has its first event), every line then checked by ``LogClassifier.plain``.
     """
     screen, rest = classifier.block, lines[1:]
     consecutive = all(b[0] == a[0] + 1 for a, b in zip(lines, rest, strict=False))
@@ -311,6 +318,9 @@ def _flagged(
         yield from rest
         return
     data = "".join(f"{text}\n" for _, text in rest).encode("utf-8", "surrogatepass")
+    if next(screen.access_runs(data, 0, len(data)), None) is None:
+        yield from _line_by_line(screen, rest, plain, started)
+        return
 
     def count(start: int, stop: int) -> None:
         info, benign = screen.plain_counts(data, start, stop)
@@ -320,6 +330,24 @@ def _flagged(
     tracing = lambda: classifier.in_traceback  # noqa: E731 (read at each line)
     for text, number, _ in screen.walk(data, first, tracing, count, redraws=False):
         yield (first if number is None else number), text
+
+
+def _line_by_line(
+    screen: BlockScreen,
+    lines: Sequence[tuple[int, str]],
+    plain: Counter[LogClass],
+    started: Callable[[], bool],
+) -> Iterator[tuple[int, str]]:
+    """Every line once ``started``; before, only those the screen flags, the rest counted."""
+    for number, text in lines:
+        if started():
+            yield number, text
+            continue
+        line = f"{text}\n".encode("utf-8", "surrogatepass")
+        if screen.next_flagged(line, 0, len(line)) is not None:
+            yield number, text
+        else:
+            plain[LogClass.INFO] += 1  # no access line in the log: plain lines are info
 
 
 def _decisive(event: LogEvent, phase: Phase) -> bool:

@@ -177,3 +177,23 @@ def test_a_panic_after_the_listening_line_replays_as_a_failed_start(tmp_path):
     assert result.outcome == "failed"
     assert result.reason is not None and str(result.reason) == "crash"
     assert result.reason_detail is not None and "panic: runtime error" in result.reason_detail
+
+
+#: A request access line: a log holding one is walked as a block, as the daemon reads it.
+ACCESS = 'INFO:     127.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_a_log_read_line_by_line_concludes_what_its_block_walk_would(name):
+    # A start-up log holds no request lines and is read line by line; one request line at
+    # its end sends the same lines through the block walk.
+    lines = read_lines(LOGS / name)
+    walked = [*lines, ((lines[-1][0] if lines else 0) + 1, ACCESS)]
+    by_line, by_block = replay(lines, None), replay(walked, None)
+    assert by_block.classes[LogClass.BENIGN] == by_line.classes[LogClass.BENIGN] + 1
+    assert {**by_block.classes, LogClass.BENIGN: 0} == {**by_line.classes, LogClass.BENIGN: 0}
+    # A failure the input's end decides (a traceback cut off) is placed at its last line.
+    end = lines[-1][0] if lines else 0
+    steps = [[(p.phase, min(p.line, end), p.at) for p in r.phases] for r in (by_block, by_line)]
+    assert steps[0] == steps[1]
+    assert (by_block.outcome, by_block.reason) == (by_line.outcome, by_line.reason)
