@@ -319,7 +319,11 @@ def _flagged(
         return
     data = "".join(f"{text}\n" for _, text in rest).encode("utf-8", "surrogatepass")
     if next(screen.access_runs(data, 0, len(data)), None) is None:
-        yield from _line_by_line(screen, rest, plain, started)
+        for line_no, text in rest:
+            if started() or _flags(screen, text):
+                yield line_no, text
+            else:
+                plain[LogClass.INFO] += 1  # no access line in the log: a plain line is info
         return
 
     def count(start: int, stop: int) -> None:
@@ -332,22 +336,10 @@ def _flagged(
         yield (first if number is None else number), text
 
 
-def _line_by_line(
-    screen: BlockScreen,
-    lines: Sequence[tuple[int, str]],
-    plain: Counter[LogClass],
-    started: Callable[[], bool],
-) -> Iterator[tuple[int, str]]:
-    """Every line once ``started``; before, only those the screen flags, the rest counted."""
-    for number, text in lines:
-        if started():
-            yield number, text
-            continue
-        line = f"{text}\n".encode("utf-8", "surrogatepass")
-        if screen.next_flagged(line, 0, len(line)) is not None:
-            yield number, text
-        else:
-            plain[LogClass.INFO] += 1  # no access line in the log: plain lines are info
+def _flags(screen: BlockScreen, text: str) -> bool:
+    """Whether the block screen flags one line."""
+    line = f"{text}\n".encode("utf-8", "surrogatepass")
+    return screen.next_flagged(line, 0, len(line)) is not None
 
 
 def _decisive(event: LogEvent, phase: Phase) -> bool:
