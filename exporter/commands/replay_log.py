@@ -306,10 +306,10 @@ def _flagged(
     """The first line, then the lines the classifier's block screen flags; the rest counted.
 
     As the daemon reads a file: the lines after the first go through the screen as one
-    block, so a replay of a serving log costs a scan, not a classifier call a line. A log
-    without request access lines (a start-up's: most of its lines are flagged, and a search
-    a line costs more than the line's own check) goes line by line once ``started`` (the
-    caller has its first event), every line then checked by ``LogClassifier.plain``.
+    block, so a replay of a serving log costs a scan, not a classifier call a line. Up to
+    its first request access line, a log is a start-up's (most of its lines are flagged,
+    and a search a line costs more than the line's own check): those lines go one by one
+    once ``started`` (the caller has its first event), each checked by ``plain``.
     """
     screen, rest = classifier.block, lines[1:]
     consecutive = all(b[0] == a[0] + 1 for a, b in zip(lines, rest, strict=False))
@@ -318,19 +318,23 @@ def _flagged(
         yield from rest
         return
     data = "".join(f"{text}\n" for _, text in rest).encode("utf-8", "surrogatepass")
-    if next(screen.access_runs(data, 0, len(data)), None) is None:
-        for line_no, text in rest:
-            if started() or _flags(screen, text):
-                yield line_no, text
-            else:
-                plain[LogClass.INFO] += 1  # no access line in the log: a plain line is info
+    # Up to its first request line, a log is a start-up's: read line by line.
+    access = next(screen.access_runs(data, 0, len(data)), None)
+    before = len(rest) if access is None else data.count(b"\n", 0, access[0])
+    for line_no, text in rest[:before]:
+        if started() or _flags(screen, text):
+            yield line_no, text
+        else:
+            plain[LogClass.INFO] += 1  # no access line before it: a plain line is info
+    if access is None:
         return
+    data = data[access[0] :]
 
     def count(start: int, stop: int) -> None:
         info, benign = screen.plain_counts(data, start, stop)
         plain.update({LogClass.INFO: info, LogClass.BENIGN: benign})
 
-    first = rest[0][0] if rest else 0
+    first = rest[before][0]
     tracing = lambda: classifier.in_traceback  # noqa: E731 (read at each line)
     for text, number, _ in screen.walk(data, first, tracing, count, redraws=False):
         yield (first if number is None else number), text
