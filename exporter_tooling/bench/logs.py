@@ -12,7 +12,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -31,6 +31,8 @@ FATAL: Final = (
 #: Where the shared corpus lies beside a checkout (as the corpus tests find it).
 CORPUS_ENV: Final = "INFERENCE_LOG_CORPUS"
 _BATCHES_PER_SECOND: Final = 50
+#: Passes over the classifier rows' lines, the fastest reported.
+PASSES: Final = 3
 
 
 def logs_section(ctx: BenchContext) -> LogsSection:
@@ -41,7 +43,7 @@ def logs_section(ctx: BenchContext) -> LogsSection:
             [ACCESS.format(port=40_000 + i % 20_000) for i in range(sizes.access_lines)]
         ),
         "classifier_corpus_first_pass_lines_per_s": corpus_rate(),
-        "classifier_corpus_lines_per_s": corpus_rate(),
+        "classifier_corpus_lines_per_s": corpus_rate(passes=PASSES),
         "serving": [_serving(ctx, rate) for rate in (0, *sizes.log_rates)],
         "fatal_after_flood_ticks": _fatal_after_flood(ctx),
         "shared_log_targets": sizes.shared_log_targets,
@@ -50,20 +52,22 @@ def logs_section(ctx: BenchContext) -> LogsSection:
 
 
 def classifier_rate(lines: list[str]) -> float:
-    """Lines a second ``replay-log``'s replay (classifier and lifecycle) gets through."""
+    """Lines a second ``replay-log``'s replay (classifier and lifecycle) gets through.
+
+    The fastest of ``PASSES`` passes, as ``timeit`` reports: the least disturbed one.
+    """
     from exporter.commands.replay_log import replay
 
     numbered = [(n, text.rstrip("\n")) for n, text in enumerate(lines, 1)]
-    started = time.process_time()
-    replay(numbered, "vllm", reference=1.7e9)
-    return round(len(lines) / max(time.process_time() - started, 1e-9))
+    return round(len(lines) / _fastest(lambda: replay(numbered, "vllm", reference=1.7e9)))
 
 
-def corpus_rate() -> float | None:
+def corpus_rate(passes: int = 1) -> float | None:
     """Lines a second over every log of the shared corpus (None where it is absent).
 
     The first call in a process includes compiling each engine profile's RE2 screens (once
-    per profile and process, as in the daemon); ``logs_section`` measures both passes.
+    per profile and process, as in the daemon); ``logs_section`` measures the first pass
+    alone, then the fastest of ``passes`` more.
     """
     from exporter.commands.replay_log import read_lines, replay
 
@@ -71,10 +75,26 @@ def corpus_rate() -> float | None:
     if folder is None:
         return None
     logs = [read_lines(p) for p in sorted(folder.glob("*.log"))]
-    started = time.process_time()
-    for lines in logs:
-        replay(lines, None, reference=1.7e9)
-    return round(sum(map(len, logs)) / max(time.process_time() - started, 1e-9))
+
+    def replay_all() -> None:
+        for lines in logs:
+            replay(lines, None, reference=1.7e9)
+
+    return round(sum(map(len, logs)) / _fastest(replay_all, passes))
+
+
+def _fastest(run: Callable[[], object], passes: int = PASSES) -> float:
+    """The CPU seconds of the fastest of ``passes`` calls of ``run``.
+
+    A pass takes a fraction of a second; on a shared VM one pass in three runs up to half
+    slower (the whole pass, every log alike: a neighbour, not the code).
+    """
+    best = float("inf")
+    for _ in range(passes):
+        started = time.process_time()
+        run()
+        best = min(best, time.process_time() - started)
+    return max(best, 1e-9)
 
 
 def _corpus() -> Path | None:

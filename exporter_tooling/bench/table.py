@@ -24,13 +24,18 @@ def render_table(report: Report) -> str:
         _row(("goal", "measured", "limit", "met", ""), _GOAL_COLUMNS),
     ]
     for g in report.get("goals", []):
-        measured = "-" if g["measured"] is None else f"{g['measured']:g}"
+        measured = "-" if g["measured"] is None else _figure(g["measured"])
         limit = ("<= " if g["at_most"] else ">= ") + f"{g['limit']:g}"
         met = {True: "yes", False: "NO", None: "-"}[g["met"]]
         lines.append(_row((g["name"], measured, limit, met, g["unit"]), _GOAL_COLUMNS))
     return "\n".join(
         lines + _scrape_lines(report) + _sampling_lines(report) + _detection_lines(report)
     )
+
+
+def _figure(value: float) -> str:
+    """A measured figure as people read it: ``1410570``, not ``1.41057e+06``."""
+    return f"{value:.0f}" if abs(value) >= 1e6 else f"{value:g}"
 
 
 def _row(cells: Sequence[object], widths: Sequence[int]) -> str:
