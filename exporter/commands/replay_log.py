@@ -321,11 +321,15 @@ def _flagged(
     # Up to its first request line, a log is a start-up's: read line by line.
     access = next(screen.access_runs(data, 0, len(data)), None)
     before = len(rest) if access is None else data.count(b"\n", 0, access[0])
-    for line_no, text in rest[:before]:
-        if started() or _flags(screen, text):
+    at = 0
+    while at < before and not started():
+        line_no, text = rest[at]
+        at += 1
+        if _flags(screen, text):
             yield line_no, text
         else:
             plain[LogClass.INFO] += 1  # no access line before it: a plain line is info
+    yield from rest[at:before]
     if access is None:
         return
     data = data[access[0] :]

@@ -357,7 +357,7 @@ class LogClassifier:
         events: list[LogEvent] = []
         for piece in split_updates(line):
             text = clean(piece[: 4 * MAX_LINE_CHARS])  # ANSI codes take room; the rest is cut
-            if not text.strip():
+            if not text or text.isspace():
                 continue
             stamps = self._scanned(text[:MATCH_CHARS])
             if counts is not None and (cls := self._counted(text, stamps, at)) is not None:

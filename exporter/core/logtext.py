@@ -59,7 +59,7 @@ def split_updates(line: str) -> list[str]:
     line is often glued straight after a bar's ``[elapsed<remaining]`` (sglang-04-ready).
     """
     if "\r" not in line and "<" not in line:  # one piece: no redraw, no bar's stats
-        return [line.rstrip("\n")] if line.strip() else []
+        return [line.rstrip("\n")] if line and not line.isspace() else []
     pieces: list[str] = []
     for segment in line.rstrip("\n").split("\r"):
         while (m := TQDM_STATS.search(segment)) and segment[m.end() :].strip():
