@@ -91,6 +91,25 @@ def test_tree_sums_rss_cpu_and_read_bytes_of_main_and_workers(make_tree, tmp_pat
 
 
 @pytest.mark.integration
+def test_a_process_start_reads_when_it_started_not_up_to_a_second_early():
+    """/proc/stat's boot time is whole seconds: counted from it, a start read up to 1 s early.
+
+    ``wait --started-after`` compares a start with a mark the caller took just before it.
+    """
+    marker = f"start-time-{uuid.uuid4().hex}"
+    asked = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", marker])
+    try:
+        found = sample(ProcessSource(target(cmdline=rf"\b{marker}\b")))
+    finally:
+        child.kill()
+        child.wait()
+    tick = 1 / os.sysconf("SC_CLK_TCK")  # /proc's start times are whole clock ticks
+    assert found.pid == child.pid
+    assert asked - tick <= found.create_time <= time.time(), (asked, found.create_time)
+
+
+@pytest.mark.integration
 def test_cmdline_regex_finds_the_main_process_not_its_forked_workers(make_tree, caplog):
     caplog.set_level(logging.DEBUG)
     tree = make_tree()

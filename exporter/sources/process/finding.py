@@ -18,7 +18,7 @@ from exporter.base.files import FileIdentity, file_identity
 from exporter.base.model import SAME_START_SECONDS
 from exporter.config import Target, UserRegex
 from exporter.sources.process.cgroups import container_id_of, pod_uid_of
-from exporter.sources.process.procfs import PROC, ProcessError, proc_hides_pids
+from exporter.sources.process.procfs import PROC, ProcessError, boot_epoch, proc_hides_pids
 
 log = logging.getLogger(__name__)
 
@@ -486,8 +486,10 @@ def _holds_socket(pid: int, links: set[str]) -> bool:
 def gone_of(main: psutil.Process) -> Gone | None:
     """A found process that ended before it could be read, with its start time."""
     try:
-        # psutil keeps the start time from when it found the process; /proc's run early.
-        return Gone(main.pid, main.create_time(), slack_seconds=SAME_START_SECONDS)
+        # psutil keeps the start time from when it found the process, counted from /proc/stat's
+        # whole-second boot time: recounted from the exporter's, as a tree's start is.
+        started = main.create_time() - psutil.boot_time() + boot_epoch()
+        return Gone(main.pid, started, slack_seconds=SAME_START_SECONDS)
     except psutil.Error:
         return None
 

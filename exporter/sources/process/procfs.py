@@ -11,6 +11,7 @@ import functools
 import os
 import resource
 import threading
+import time
 from dataclasses import dataclass
 from typing import Final
 
@@ -416,15 +417,18 @@ def start_epoch(start_ticks: int) -> float:
     time moves when the wall clock is stepped, and a start time that moved with it would
     look like a restarted engine. The daemon moves these by the steps its clock saw.
     """
-    return _boot_epoch() + start_ticks / _clock_ticks()
+    return boot_epoch() + start_ticks / _clock_ticks()
 
 
 @functools.cache
-def _boot_epoch() -> float:
-    for line in read_all(f"{PROC}/stat").splitlines():
-        if line.startswith(b"btime "):
-            return float(line.split()[1])
-    raise SourceError(ProcessError.UNSUPPORTED, f"{PROC}/stat has no btime line")
+def boot_epoch() -> float:
+    """When the machine booted, as Unix epoch seconds, read once.
+
+    From the clocks, not /proc/stat's ``btime``: that is whole seconds, and a start counted
+    from it reads up to a second early (before a ``wait --started-after`` mark taken just
+    ahead of the start). /proc's start times count ticks of CLOCK_BOOTTIME.
+    """
+    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 @functools.cache
