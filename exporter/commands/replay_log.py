@@ -149,10 +149,17 @@ def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None
     The most frequently named engine wins, unless another named engine embeds it (Ollama's
     log carries llama.cpp's loader lines, Triton's its backend's).
     """
+    head = list(itertools.islice(lines, DETECT_LINES))
+    match = _detect_screen()[1]
+    named = _named_in_block(head)
+    if named is not None and len(named) <= 1:
+        # One engine, or none, can be named: the first line naming it is all there is to find.
+        search = None if match is None else match.Match
+        hit = next((n for n, line in head if named & set(_names_in(line, search))), None)
+        return None if hit is None else (next(iter(named)), hit)
     scores: Counter[str] = Counter()
     first: dict[str, int] = {}
-    match = _detect_screen()[1]
-    for number, line in itertools.islice(lines, DETECT_LINES):
+    for number, line in head:
         for name in _names_in(line, None if match is None else match.Match):
             scores[name] += 1
             first.setdefault(name, number)
@@ -162,6 +169,20 @@ def detect_engine_at(lines: Iterable[tuple[int, str]]) -> tuple[str, int] | None
     host = next((n for n in scores if best in ENGINES[n].embeds), None)
     name = host or best
     return name, first[name]
+
+
+def _named_in_block(lines: Sequence[tuple[int, str]]) -> set[str] | None:
+    """The engines some of ``lines`` may name, from one scan of them all; None: unknown.
+
+    A screen: a pattern that reads across a line end names an engine no line does (the
+    caller then finds no line naming it), never the other way round.
+    """
+    names, screen = _detect_screen(block=True)
+    if screen is None:
+        return None
+    text = "\n".join(clean(line) for _, line in lines)
+    hits = screen.Match(text.encode("utf-8", "surrogatepass"))
+    return {names[h] for h in hits or ()}
 
 
 def _names_in(line: str, match: Callable[[bytes], list[int] | None] | None) -> Iterable[str]:
@@ -195,10 +216,14 @@ def _detect_patterns() -> list[tuple[str, re.Pattern[str]]]:
 
 
 @functools.cache
-def _detect_screen() -> tuple[tuple[str, ...], Screen | None]:
-    """Every engine's tell-tale patterns in one RE2 set, and the engine of each."""
+def _detect_screen(*, block: bool = False) -> tuple[tuple[str, ...], Screen | None]:
+    """Every engine's tell-tale patterns in one RE2 set, and the engine of each.
+
+    ``block``: for a text of many lines, ``^`` matching at each line's start.
+    """
     pairs = [(n, cased(p)) for n, p in _detect_patterns()]
-    return tuple(n for n, _ in pairs), screen_of(p for _, p in pairs)
+    flags = "(?m)" if block else ""
+    return tuple(n for n, _ in pairs), screen_of(f"{flags}{p}" for _, p in pairs)
 
 
 def _profile(name: str) -> LogProfile:

@@ -46,6 +46,25 @@ def test_auto_recognises_the_engine_and_reaches_the_same_verdict(name):
     assert (result.outcome, result.reason) == EXPECTED[name]
 
 
+def test_a_tell_tale_anchored_at_a_line_start_names_the_engine_mid_log():
+    # The lines are screened as one text: "^" must still mean each line's start.
+    lines = ["starting the server", "Load weight begin. avail mem=78.50 GB"]
+    assert detect_engine(lines) == "sglang"
+    assert replay(list(enumerate(lines, 1)), None).engine_line == 2
+
+
+def test_a_tell_tale_split_across_two_lines_names_no_engine():
+    # Read as one text, the two lines hold Triton's "^I0601 12:00:00.1\s+42 server.cc:1]"
+    # ("\s" crosses the line end): no line names Triton.
+    assert detect_engine(["I0601 12:00:00.1", "42 server.cc:1] started"]) is None
+
+
+def test_the_most_named_engine_wins_and_its_first_line_is_the_one_reported():
+    lines = ["vllm serve my-model", "Load weight begin. x", "Load weight end. y", "plain"]
+    result = replay(list(enumerate(lines, 1)), None)
+    assert (result.engine, result.engine_line) == ("sglang", 2)
+
+
 def test_phases_follow_the_log_and_carry_the_lines_timestamps():
     result = replay(read_lines(LOGS / "sglang-05-ready.log"), "sglang")
     assert [(p.phase, p.line) for p in result.phases] == [
