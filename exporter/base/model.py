@@ -131,10 +131,11 @@ class ProcessSample:
     def is_instance(self, pid: int | None, create_time: float | None) -> bool:
         """This sample is of the process known as ``pid`` started at ``create_time``.
 
-        The start times may differ by up to ``SAME_START_SECONDS``: the kernel's boot time
-        behind them is whole seconds and moves with NTP, so an exporter restarted days later
-        reads the same process's start a second off. A reused pid is a new process only far
-        apart in time (the pid space wraps first).
+        The start times may differ by up to ``SAME_START_SECONDS``: the boot time behind them
+        is read when the exporter starts and moves with NTP (exporters before 2026-12 read
+        /proc/stat's whole seconds), so an exporter restarted days later, or a history an older
+        one saved, reads the same process's start up to a second off. A reused pid is a new
+        process only far apart in time (the pid space wraps first).
         """
         return (
             pid == self.pid

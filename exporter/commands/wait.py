@@ -52,7 +52,8 @@ DAEMON_GRACE_SECONDS: Final = 10.0
 #: A process that started this long before ``wait`` counts as new (``systemctl restart X &&
 #: wait X``: the new process starts before ``wait`` does).
 RESTART_WINDOW_SECONDS: Final = 10.0
-#: Process start times come from /proc, whose boot time has whole seconds.
+#: Process start times come from /proc, counted from a boot time that moves with NTP (and
+#: that older daemons read in whole seconds).
 START_TIME_SLACK_SECONDS: Final = 1.0
 #: Fresh snapshots an old process's failure or stall must hold for before it is believed:
 #: one to see the restart's new process missing, one more for the daemon to find it.

@@ -233,8 +233,9 @@ def started_while_watched(prev: TargetState, create_time: float) -> bool:
 
     Such a start counts even when it is over before any tick sees it starting (a restart
     ready within a tick goes ``down`` -> ``ready`` at once), timed from ``create_time``.
-    Start times read from /proc run up to a second early (the boot time behind them is whole
-    seconds, ``SAME_START_SECONDS``): a restart right after the first tick still counts.
+    Start times read from /proc may run early (a clock tick; up to a second where the boot time
+    behind them was /proc/stat's whole seconds, ``SAME_START_SECONDS``): a restart right after
+    the first tick still counts.
     """
     first = prev.first_tick_at
     return first is not None and create_time >= first - SAME_START_SECONDS

@@ -43,7 +43,7 @@ class Gone(NamedTuple):
     pid: int
     #: When it started, at the latest (epoch seconds): the pidfile's write time, or /proc's.
     started_by: float
-    #: How early ``started_by`` may read (/proc's start times: up to a second).
+    #: How early ``started_by`` may read (/proc's start times, ``SAME_START_SECONDS``).
     slack_seconds: float = 0.0
 
 
