@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, tzinfo
 from typing import Final
 
-from exporter.base.linear import cased, present
+from exporter.base.linear import cased, present, widened
 from exporter.base.model import FailureReason, LogClass, LogEvent
 from exporter.base.redact import REDACT_SCREEN, redact
 from exporter.core.failure import (
@@ -157,7 +157,9 @@ class LogClassifier:
         self._markers = PatternSet((*profile.markers, *vocabulary.MARKERS))
         # The benign layer last, so that its hits are one range of the screen's indices.
         sets = (self._fatal, self._wrappers, self._markers, self._shared_fatal)
-        regexes = [p.regex.pattern for ps in sets for p in ps.patterns]
+        # Opened (``widened``): ``re`` confirms every layer's hit, and a set of bounded repeats
+        # costs a line more than twice the scan.
+        regexes = [widened(p.regex.pattern) for ps in sets for p in ps.patterns]
         self._benign_from = len(regexes)
         self._benign_layer = (*self._benign.patterns, *quiet)
         # Where each layer's patterns begin in the screen, in the order they were added.
@@ -171,7 +173,7 @@ class LogClassifier:
         self._hits: list[int] | None = None
         self._hit_layers: set[int] = set()
         self._screened: str | None = None
-        regexes += [p.regex.pattern for p in self._benign_layer]
+        regexes += [widened(p.regex.pattern) for p in self._benign_layer]
         #: The screen's indices of the level words (``LEVEL_SCREEN``), right after the layers.
         self._level_extras = frozenset(range(len(regexes), len(regexes) + len(LEVEL_SCREEN)))
         loaders = len(regexes) + _SCREEN_EXTRAS.index(vocabulary.LOADERS[0][0].pattern)
@@ -195,8 +197,9 @@ class LogClassifier:
         )
         #: ``plain``'s scan of the line it last looked at, for ``classify`` to go on from.
         self._plain_scan: tuple[str, list[int]] | None = None
-        requests = [p.regex.pattern for p in access.ACCESS]
-        flagged = [r for r in (*regexes, *_SCREEN_EXTRAS, TQDM_STATS.pattern) if r not in requests]
+        requests = [p.regex.pattern for p in access.ACCESS]  # exact: a run of them is counted
+        opened = {widened(r) for r in requests}
+        flagged = [r for r in (*regexes, *_SCREEN_EXTRAS, TQDM_STATS.pattern) if r not in opened]
         #: The same screen over a whole block of lines (``core.logblock``); None with
         #: operator patterns, which are searched line by line.
         self.block: BlockScreen | None = (
