@@ -8,22 +8,20 @@ patterns, then the engine's profile, then the shared vocabulary.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, tzinfo
 from typing import Final
 
-from exporter.base.linear import cased, present, widened
+from exporter.base.linear import present
 from exporter.base.model import FailureReason, LogClass, LogEvent
-from exporter.base.redact import REDACT_SCREEN, redact
+from exporter.base.redact import redact
 from exporter.core.failure import (
     EXCEPTION,
     FRAME,
     NOT_A_CRASH,
-    REASON_ORDER,
     TOP_FRAME,
     TRACEBACK_BODY,
     TRACEBACK_HEAD,
@@ -32,13 +30,13 @@ from exporter.core.failure import (
     reason_detail,
     stronger,
 )
-from exporter.core.logblock import BlockScreen, block_screen
-from exporter.core.loglevel import INFO, LEVEL_SCREEN, WARNING, level_class, line_level
+from exporter.core.layers import layers_of
+from exporter.core.logblock import BlockScreen
+from exporter.core.loglevel import INFO, WARNING, level_class, line_level
 from exporter.core.logtext import (
     FUTURE_SLACK_SECONDS,
     MATCH_CHARS,
     MAX_LINE_CHARS,
-    TIMESTAMP_SCREEN,
     TQDM_STATS,
     clean,
     count_value,
@@ -50,7 +48,7 @@ from exporter.core.logtext import (
 )
 from exporter.core.modelloads import ModelLoads
 from exporter.core.screen import PatternSet, Screen, screen_of
-from exporter.engines import access, vocabulary
+from exporter.engines import vocabulary
 from exporter.engines.profile import LogPattern, LogPatterns, LogProfile, Matcher
 
 __all__ = [
@@ -85,23 +83,6 @@ class _UserPatterns:
     def matches(self, text: str) -> bool:
         """Whether any of the patterns occurs in text."""
         return any(m.search(text) is not None for m in self._matchers)
-
-
-def _sorted_fatal(patterns: Iterable[LogPattern]) -> PatternSet:
-    return PatternSet(sorted(patterns, key=lambda p: REASON_ORDER.get(p.fatal_reason, 9)))
-
-
-_FRAME_SHAPE: Final = r'File "[^"]+", line \d+'
-#: What sends a line past the screen besides the patterns: a level of warning or worse
-#: (``loglevel.LEVEL_SCREEN``), a traceback or a bare frame of one, a loader, a wait on
-#: peers, control characters ``clean`` would strip.
-_SCREEN_EXTRAS: Final = (
-    *LEVEL_SCREEN,
-    r"[\x00-\x08\x0b-\x1f\x7f]",
-    _FRAME_SHAPE,  # a bare frame opens a traceback (an excerpt cut inside one)
-    *(regex.pattern for regex, _ in vocabulary.LOADERS),
-    vocabulary.PEER_WAIT.pattern,  # the peers bound's evidence: kept as an event
-)
 
 
 #: The shared fatal families' words, screened in one linear scan (``re`` backtracks on them).
@@ -148,68 +129,28 @@ class LogClassifier:
         self._user_fatal = _UserPatterns(user.fatal)
         self._user_benign = _UserPatterns(user.benign)
         self._user_markers = _UserPatterns(user.markers)
-        self._fatal = _sorted_fatal(profile.fatal)
-        self._benign = PatternSet(profile.benign)
-        quiet = (*access.ACCESS, *vocabulary.STOPS, *vocabulary.BENIGN)
-        self._shared_quiet = PatternSet(quiet)
-        self._shared_fatal = _sorted_fatal(vocabulary.FATAL)
-        self._wrappers = PatternSet((*profile.wrappers, *vocabulary.WRAPPERS))
-        self._markers = PatternSet((*profile.markers, *vocabulary.MARKERS))
-        # The benign layer last, so that its hits are one range of the screen's indices.
-        sets = (self._fatal, self._wrappers, self._markers, self._shared_fatal)
-        # Opened (``widened``): ``re`` confirms every layer's hit, and a set of bounded repeats
-        # costs a line more than twice the scan.
-        regexes = [widened(p.regex.pattern) for ps in sets for p in ps.patterns]
-        self._benign_from = len(regexes)
-        self._benign_layer = (*self._benign.patterns, *quiet)
-        # Where each layer's patterns begin in the screen, in the order they were added.
-        layers = (*sets, self._benign, self._shared_quiet)
-        starts = itertools.accumulate((len(ps.patterns) for ps in layers), initial=0)
-        self._offsets = {id(ps): start for ps, start in zip(layers, starts, strict=False)}
-        #: The layer (its ``id``) each of the screen's first indices belongs to.
-        self._layer_of = tuple(id(ps) for ps in layers for _ in ps.patterns)
+        lay = layers_of(profile)
+        self._fatal, self._benign = lay.fatal, lay.benign
+        self._wrappers, self._markers = lay.wrappers, lay.markers
+        self._shared_quiet, self._shared_fatal = lay.shared_quiet, lay.shared_fatal
+        self._benign_from, self._benign_layer = lay.benign_from, lay.benign_layer
+        self._offsets, self._layer_of = lay.offsets, lay.layer_of
+        self._level_extras, self._loader_hits = lay.level_extras, lay.loader_hits
+        self._hint_at, self._chains_at = lay.hint_at, lay.chains_at
+        self._stamps_at, self._redact_at = lay.stamps_at, lay.redact_at
+        self._quiet_hits = lay.quiet_hits
         #: The screen's sorted hits on ``_screened``, the text ``_event`` is deciding, and
         #: the layers they fall in.
         self._hits: list[int] | None = None
         self._hit_layers: set[int] = set()
         self._screened: str | None = None
-        regexes += [widened(p.regex.pattern) for p in self._benign_layer]
-        #: The screen's indices of the level words (``LEVEL_SCREEN``), right after the layers.
-        self._level_extras = frozenset(range(len(regexes), len(regexes) + len(LEVEL_SCREEN)))
-        loaders = len(regexes) + _SCREEN_EXTRAS.index(vocabulary.LOADERS[0][0].pattern)
-        self._loader_hits = frozenset(range(loaders, loaders + len(vocabulary.LOADERS)))
-        screen = screen_of([*regexes, *_SCREEN_EXTRAS])
-        # A piece's screen: the same, then the shared fatal words, the causes a traceback's
-        # frames name and the timestamp formats, so one scan of a piece answers every
-        # question ``classify`` asks of it.
-        self._hint_at = len(regexes) + len(_SCREEN_EXTRAS)
-        self._chains_at = self._hint_at + 1
-        self._stamps_at = self._chains_at + len(vocabulary.CHAIN_HINTS)
-        self._redact_at = self._stamps_at + len(TIMESTAMP_SCREEN)
-        #: Hits that leave a piece's event nothing to say but its class (``_quiet``).
-        frame = len(regexes) + _SCREEN_EXTRAS.index(_FRAME_SHAPE)
-        self._quiet_hits = self._level_extras | {frame, *range(self._hint_at, self._redact_at)}
-        chains = [cased(regex) for regex, _ in vocabulary.CHAIN_HINTS]
-        extras = (vocabulary.FATAL_HINT.pattern, *chains, *TIMESTAMP_SCREEN, *REDACT_SCREEN)
-        pieces = screen_of([*regexes, *_SCREEN_EXTRAS, *extras])
-        self._scan: Callable[[bytes], list[int] | None] | None = (
-            None if pieces is None else pieces.Match
-        )
+        self._scan, self._match = lay.scan, lay.match
         #: ``plain``'s scan of the line it last looked at, for ``classify`` to go on from.
         self._plain_scan: tuple[str, list[int]] | None = None
-        requests = [p.regex.pattern for p in access.ACCESS]  # exact: a run of them is counted
-        opened = {widened(r) for r in requests}
-        flagged = [r for r in (*regexes, *_SCREEN_EXTRAS, TQDM_STATS.pattern) if r not in opened]
         #: The same screen over a whole block of lines (``core.logblock``); None with
         #: operator patterns, which are searched line by line.
         self.block: BlockScreen | None = (
-            None
-            if screen is None or user.fatal or user.benign or user.markers
-            else block_screen(flagged, requests)
-        )
-        # The C set's own Match, past the wrapper's type checks: bytes go in either way.
-        self._match: Callable[[bytes], list[int] | None] | None = (
-            None if screen is None else screen.Match
+            None if user.fatal or user.benign or user.markers else lay.block
         )
 
         self._user_any = bool(user.fatal or user.benign or user.markers)
