@@ -62,8 +62,9 @@ def present(screen: Screen, text: str) -> list[int]:
     return screen.Match(text.encode("utf-8", "surrogatepass")) or []
 
 
-#: A bounded repeat ``{m,n}`` (lazy or not), its brace not escaped.
-_BOUNDED: Final = re.compile(r"(?<!\\)\{(\d+),(\d+)\}")
+#: A bounded repeat ``{m,n}`` (lazy or not); an escaped character and a character class are
+#: matched whole first, so that a brace in either is left as it is.
+_BOUNDED: Final = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]])*\]|\{(\d+),(\d+)\}")
 
 
 def widened(regex: str) -> str:
@@ -78,6 +79,8 @@ def widened(regex: str) -> str:
 
 
 def _opened(m: re.Match[str]) -> str:
+    if m.group(1) is None:  # an escape or a class: text, not a repeat
+        return m.group(0)
     low = int(m.group(1))
     return "*" if low == 0 else "+" if low == 1 else f"{{{low},}}"
 

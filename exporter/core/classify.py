@@ -129,6 +129,7 @@ class LogClassifier:
         self._user_fatal = _UserPatterns(user.fatal)
         self._user_benign = _UserPatterns(user.benign)
         self._user_markers = _UserPatterns(user.markers)
+        # Bound here, not read through ``lay``: ``plain`` and ``classify`` use them every line.
         lay = layers_of(profile)
         self._fatal, self._benign = lay.fatal, lay.benign
         self._wrappers, self._markers = lay.wrappers, lay.markers

@@ -32,6 +32,8 @@ def _layer_patterns() -> list[str]:
         (r"x{2,5}y", r"x{2,}y"),
         (r"\d{4}-\d\d", r"\d{4}-\d\d"),  # an exact count is no counter to open
         (r"literal \{0,5}", r"literal \{0,5}"),  # an escaped brace is text
+        (r"[{0,5}] and [^]{1,2}]", r"[{0,5}] and [^]{1,2}]"),  # so is a brace in a class
+        (r"\\{0,3}x", r"\\*x"),  # an escaped backslash, then a repeat of it
     ],
 )
 def test_a_bounded_repeat_is_opened_and_nothing_else_moves(regex: str, opened: str) -> None:
