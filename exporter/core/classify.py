@@ -148,6 +148,9 @@ class LogClassifier:
         self._scan, self._match = lay.scan, lay.match
         #: ``plain``'s scan of the line it last looked at, for ``classify`` to go on from.
         self._plain_scan: tuple[str, list[int]] | None = None
+        #: ``plain`` found the scanned piece's hits undecided (``_plain_hits`` None): the
+        #: piece's own check would find the same.
+        self._plain_undecided = False
         #: The same screen over a whole block of lines (``core.logblock``); None with
         #: operator patterns, which are searched line by line.
         self.block: BlockScreen | None = (
@@ -183,16 +186,23 @@ class LogClassifier:
             return None
         head = line[:MATCH_CHARS]
         hits = match(head.encode("utf-8", "surrogatepass"))
-        if hits and self._scan is not None:  # the piece screen: ``classify`` reuses its scan
-            self._plain_scan = (head, hits)
-            hits = [i for i in hits if i < self._hint_at]  # the extras decide nothing here
+        scanned = hits if hits and self._scan is not None else None
+        if scanned is not None:  # the piece screen: ``classify`` reuses its scan
+            hits = [i for i in scanned if i < self._hint_at]  # the extras decide nothing here
         if not hits:
+            self._plain_scan = None if scanned is None else (head, scanned)
+            self._plain_undecided = False
             return None if head.isspace() or not head else LogClass.INFO
-        return self._plain_hits(head, hits)
+        verdict = self._plain_hits(head, hits)
+        if scanned is not None:
+            self._plain_scan, self._plain_undecided = (head, scanned), verdict is None
+        return verdict
 
     def _plain_piece(self, head: str) -> LogClass | None:
         """``plain``'s class of a cleaned piece ``_scanned`` has just scanned, or None."""
         if self._traceback is not None or self._user_any or self._hits is None:
+            return None
+        if self._plain_undecided:  # ``plain`` asked the same of these hits just now
             return None
         hits = [i for i in self._hits if i < self._hint_at]  # the extras decide nothing
         return self._plain_hits(head, hits) if hits else LogClass.INFO
@@ -328,6 +338,7 @@ class LogClassifier:
             return None
         known, self._plain_scan = self._plain_scan, None
         found = known[1] if known is not None and known[0] is head else None
+        self._plain_undecided = found is not None and self._plain_undecided
         self._hits = hits = sorted(found or scan(head.encode("utf-8", "surrogatepass")) or ())
         layer_of, layers = self._layer_of, len(self._layer_of)
         self._hit_layers = {layer_of[i] for i in hits if i < layers}

@@ -254,6 +254,31 @@ def test_stamps_across_a_daylight_saving_change_keep_each_minutes_offset():
     assert read[2] - read[0] == 7201  # 02:00-03:00 came twice (CEST, then CET)
 
 
+def test_one_stamp_is_read_in_each_zone_and_year_it_is_given_in():
+    # Stamps are remembered by their text: the same text in another zone, or a yearless one
+    # in another year, is another time.
+    line = "INFO 03-01 11:00:00 [core.py:1] Initializing a V1 LLM engine"
+    berlin, tokyo = ZoneInfo("Europe/Berlin"), ZoneInfo("Asia/Tokyo")
+    read = [
+        LogClassifier(ENGINES["vllm"].log, tz=tz).classify(line, at=at)[0].at
+        for tz, at in ((berlin, AT), (tokyo, AT), (berlin, local(2025, 3, 1)), (berlin, AT))
+    ]
+    assert read[0] - read[1] == 8 * 3600
+    assert read[0] - read[2] == 365 * 86400
+    assert read[3] == read[0] == datetime(2026, 3, 1, 11, tzinfo=berlin).timestamp()
+
+
+def test_a_stamp_shared_by_thousands_of_lines_reads_the_same_on_each():
+    # More lines than the remembered stamps: the memo starts over and each still reads right.
+    c = LogClassifier(ENGINES["sglang"].log)
+    stamps = [
+        f"2026-08-01 {h:02d}:{m:02d}:{s:02d}" for h in (1, 2) for m in range(60) for s in range(60)
+    ]
+    lines = [f"[{s}] Load weight begin." for s in stamps]
+    read = [c.classify(line, at=AT)[0].at for line in (*lines, *lines[:3])]
+    assert read == [datetime.fromisoformat(s).timestamp() for s in (*stamps, *stamps[:3])]
+
+
 def test_glog_lines_without_a_date_keep_the_read_time():
     # vllm-05-ready: "E0000 00:00:1760469722.892123" is not a date.
     (event,) = classify("vllm", "E0000 00:00:1760469722.892123    4394 cuda_dnn.cc:8579] x")
@@ -680,3 +705,16 @@ def test_a_warning_error_or_traceback_is_classified_even_in_colour(line):
     classifier = LogClassifier(ENGINES["vllm"].log)
     assert classifier.plain(line) is None
     assert classifier.classify(line, at=0.0)[0].cls is not LogClass.INFO
+
+
+def test_a_line_plain_left_to_classify_decides_nothing_for_the_next_line():
+    # ``plain`` remembers its scan and its verdict for ``classify`` to go on from: only for
+    # the very line it looked at.
+    c = LogClassifier(ENGINES["vllm"].log)
+    marker = "INFO 02-05 00:05:20 [core.py:77] Initializing a V1 LLM engine (v0.11.0)"
+    request = 'INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK'
+    counts: Counter[LogClass] = Counter()
+    assert c.plain(marker) is None
+    assert c.classify(request, at=AT, counts=counts) == []
+    assert counts == Counter({LogClass.BENIGN: 1})
+    assert [e.marker for e in c.classify(marker, at=AT, counts=counts)] == ["engine_init"]

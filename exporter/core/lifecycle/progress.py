@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from exporter.base.model import STARTUP_PHASES, LogEvent, Observation, Phase
@@ -13,6 +12,7 @@ from exporter.core.lifecycle.state import (
     ORDER,
     TargetState,
     Thresholds,
+    evolve,
 )
 
 if TYPE_CHECKING:
@@ -47,14 +47,14 @@ def track_download(state: TargetState, obs: Observation, ev: Evidence, dt: float
     p, base = obs.process, state.baseline.write_bytes
     if "download_bytes" not in ev.kinds or p is None or p.write_bytes is None or base is None:
         if state.phase is Phase.DOWNLOADING and state.download_bytes_per_second:
-            return replace(state, download_bytes_per_second=0.0)  # nothing arrived this tick
+            return evolve(state, download_bytes_per_second=0.0)  # nothing arrived this tick
         return state
     written = p.write_bytes - base
     rate = written / dt if dt > 0 else None
     old = state.download_bytes_per_second
     if rate is not None and old:
         rate = DOWNLOAD_RATE_WEIGHT * rate + (1 - DOWNLOAD_RATE_WEIGHT) * old
-    return replace(
+    return evolve(
         state, download_bytes=state.download_bytes + written, download_bytes_per_second=rate
     )
 
@@ -67,7 +67,7 @@ def note_loader(state: TargetState, events: Iterable[LogEvent]) -> TargetState:
         rate = ev.loader_bytes_per_second or rate
     if (loader, rate) == (state.loader, state.loader_bytes_per_second):
         return state
-    return replace(state, loader=loader, loader_bytes_per_second=rate)
+    return evolve(state, loader=loader, loader_bytes_per_second=rate)
 
 
 def next_progress_ratio(state: TargetState, obs: Observation, th: Thresholds) -> float | None:

@@ -91,7 +91,7 @@ def begin_instance(prev: TargetState, obs: Observation, now: float) -> TargetSta
     state = prev
     went_up = _up_without_process(prev)
     if prev.pid is not None:
-        state = replace(
+        state = evolve(
             state, counters=replace(state.counters, restarts=state.counters.restarts + 1)
         )
         if prev.phase in STARTUP_PHASES:
@@ -128,10 +128,10 @@ def _up_without_process(prev: TargetState) -> float | None:
 def _ready_at(state: TargetState, began: float, at: float) -> TargetState:
     """The new process's start (from ``began``) ended at ``at``, the tick it was seen ready."""
     unseen = add_seconds(state.phase_seconds, Phase.STARTING, max(0.0, at - began))
-    finished = _finish_start(replace(state, phase_seconds=unseen), at, StartOutcome.READY, None)
+    finished = _finish_start(evolve(state, phase_seconds=unseen), at, StartOutcome.READY, None)
     if finished is None:
         return state
-    return replace(
+    return evolve(
         state,
         phase_seconds=unseen,
         ready_at=at,
@@ -153,7 +153,7 @@ def begin_unseen(state: TargetState, began: float) -> TargetState:
 def _reset_start(
     state: TargetState, pid: int | None, create_time: float, fresh: bool
 ) -> TargetState:
-    return replace(
+    return evolve(
         state,
         pid=pid,
         create_time=create_time,
@@ -199,7 +199,7 @@ def record_death(state: TargetState, now: float, how: str) -> TargetState:
     counters = replace(
         state.counters, deaths=bump(state.counters.deaths, cause or FailureReason.EXITED)
     )
-    return replace(
+    return evolve(
         state,
         counters=counters,
         reason_detail=reason_detail(fatal) if fatal is not None and cause else None,
@@ -215,7 +215,7 @@ def record_death(state: TargetState, now: float, how: str) -> TargetState:
 
 def end_with(state: TargetState, lines: tuple[LogEvent, ...], now: float) -> TargetState:
     """The previous server's last ``lines`` counted, and its death at ``now`` if it was up."""
-    state = replace(
+    state = evolve(
         state,
         notable_lines=notable(state.notable_lines, lines),
         counters=count_lines(state.counters, lines, LogTally()),
@@ -224,7 +224,7 @@ def end_with(state: TargetState, lines: tuple[LogEvent, ...], now: float) -> Tar
         return state
     fatal = next((e for e in lines if e.cls is LogClass.FATAL and e.fatal_reason), None)
     return record_death(
-        replace(state, fatal_while_up=fatal or state.fatal_while_up), now, "process exited"
+        evolve(state, fatal_while_up=fatal or state.fatal_while_up), now, "process exited"
     )
 
 
@@ -248,7 +248,7 @@ def record(state: TargetState, now: float, to: Phase, reason: str) -> TargetStat
     if state.phase in STARTUP_PHASES:
         seconds = add_seconds(seconds, state.phase, max(0.0, now - since))
     t = Transition(now, state.phase, to, reason)
-    return replace(
+    return evolve(
         state,
         phase=to,
         phase_since=now,
@@ -309,19 +309,19 @@ def enter(
     state = record(state, now, phase, reason)
     if unseen is not None:
         # Started and ready between two ticks: its time is the start phase's, in the timeline.
-        state = replace(
+        state = evolve(
             state, phase_seconds=add_seconds(state.phase_seconds, Phase.STARTING, unseen)
         )
     if first_startup:
         # The cold start began when the process did, not when we first saw it.
         since = min(now, state.create_time) if state.create_time is not None else now
-        state = replace(state, observed_startup=True, phase_since=since, started_at=since)
+        state = evolve(state, observed_startup=True, phase_since=since, started_at=since)
     if phase in (Phase.READY, Phase.SERVING) and state.ready_at is None:
         finished = _finish_start(state, now, StartOutcome.READY, None)
         counters = state.counters
         if finished is not None:
             counters = _observe_cold_start(counters, finished.duration_seconds)
-        state = replace(
+        state = evolve(
             state,
             ready_at=now,
             counters=counters,
@@ -336,7 +336,7 @@ def enter(
         counters = replace(
             state.counters, start_failures=bump(state.counters.start_failures, reason_)
         )
-        state = replace(
+        state = evolve(
             state,
             failure_reason=reason_,
             observed_startup=False,  # this start is closed; a later ready is not its end
