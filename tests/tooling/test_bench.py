@@ -7,15 +7,18 @@ their presence and plausibility are checked here; the goals are judged by the fu
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from exporter_tooling.bench import profiling
 from exporter_tooling.bench.goals import evaluate_goals
 from exporter_tooling.bench.profiling import COMPONENTS, OUTSIDE, PACKAGE, component_shares
 from exporter_tooling.bench.scrape_client import percentile
+from exporter_tooling.bench.servers import Server
 from exporter_tooling.bench.sizes import QUICK
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,3 +154,21 @@ def test_the_probe_client_comparison_measures_both_clients(capsys):
         row = figures["2"][client]
         assert row["ok"] == row["probes"] > 0
         assert row["cpu_ms_per_probe"] > 0
+
+
+def test_a_profiler_that_never_finishes_is_reported_not_raised(tmp_path, monkeypatch):
+    # A stand-in for a hung py-spy (it hung once on a loaded VM and cost a whole `make bench`
+    # its report): a real hang cannot be had on demand, so a script on PATH sleeps instead.
+    hung = tmp_path / "py-spy"
+    hung.write_text("#!/bin/sh\nexec sleep 60\n")
+    hung.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(profiling, "SPY_GRACE_SECONDS", 0.5)
+    target = subprocess.Popen(["sleep", "30"])
+    try:
+        server = Server(popen=target, port=0, name="exporter", stderr=tmp_path / "stderr")
+        said = profiling.where_cpu_goes(server, 0.5)
+    finally:
+        target.kill()
+        target.wait()
+    assert isinstance(said, str) and "did not finish within 1 s" in said
