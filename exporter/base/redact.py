@@ -330,6 +330,8 @@ def redact(text: str, shapes: Collection[int] | None = None) -> str:
         found = set(range(len(_NEEDS)))
     else:
         found = set(present(_SCREEN, text))
+    if not found:  # most lines: no pass to try
+        return text
     if _URL in found:
         text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     if _ENCODED_AT in found:

@@ -140,6 +140,9 @@ class LogClassifier:
         self._hint_at, self._chains_at = lay.hint_at, lay.chains_at
         self._stamps_at, self._redact_at = lay.stamps_at, lay.redact_at
         self._quiet_hits = lay.quiet_hits
+        #: The layers that judge a line before the traceback and the markers do.
+        judging = (self._fatal, self._benign, self._shared_quiet, self._wrappers)
+        self._judging = frozenset(map(id, judging))
         #: The screen's sorted hits on ``_screened``, the text ``_event`` is deciding, and
         #: the layers they fall in.
         self._hits: list[int] | None = None
@@ -417,14 +420,31 @@ class LogClassifier:
                 LogClass.INFO, head, at, line_no=line_no
             )
         event = (
-            self._match_fatal(head, at, line_no)
-            or self._match_wrapper(head, at, line_no)
-            or self._match_shared(head, at, line_no)
+            self._match_layers(head, at, line_no)
             or self._match_traceback(head, at, line_no)
             or self._match_marker(head, at, line_no)
             or LogEvent(level_class(head), head, at, line_no=line_no)
         )
         return replace(event, text=text) if len(text) > len(head) else event
+
+    def _match_layers(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
+        """The layers' verdict (fatal, benign, a wrapper, the shared families), in order.
+
+        None at once where the scan of ``text`` hit none of those layers and no fatal word:
+        most events are markers and bars, which none of them can match.
+        """
+        hits = None if self._user_any else self._scan_of(text)  # an operator's come first
+        if (
+            hits is not None
+            and self._hint_at not in hits
+            and self._judging.isdisjoint(self._hit_layers)
+        ):
+            return None
+        return (
+            self._match_fatal(text, at, line_no)
+            or self._match_wrapper(text, at, line_no)
+            or self._match_shared(text, at, line_no)
+        )
 
     def _match_fatal(self, text: str, at: float, line_no: int | None) -> LogEvent | None:
         """Fatal or benign by the layers, in order; None when no layer knows the line."""

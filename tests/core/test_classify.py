@@ -468,6 +468,21 @@ def test_user_patterns_extend_and_override_the_profile():
     assert events[2].marker == "user"
 
 
+def test_an_operators_pattern_decides_a_line_the_profile_reads_as_a_marker():
+    # Checked before the profile's layers even where the screen finds none of theirs.
+    patterns = LogPatterns(
+        fatal=(UserRegex(r"capture cuda graph begin", ignore_case=True),),
+        benign=(UserRegex(r"load weight begin", ignore_case=True),),
+    )
+    events = classify(
+        "sglang",
+        "[2026-01-01 00:00:00 TP0] Load weight begin. avail mem=78.5 GB",
+        "[2026-01-01 00:00:09 TP0] Capture cuda graph begin. This can take up to several minutes.",
+        patterns=patterns,
+    )
+    assert [(e.cls, e.marker) for e in events] == [(LogClass.BENIGN, None), (LogClass.FATAL, None)]
+
+
 # --- secrets --------------------------------------------------------------------------------
 
 SECRET_LINES = [

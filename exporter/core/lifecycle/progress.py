@@ -93,12 +93,16 @@ def next_progress_ratio(state: TargetState, obs: Observation, th: Thresholds) ->
     return max(ratio, state.progress_ratio or 0.0)
 
 
-def estimate_eta(state: TargetState, now: float, th: Thresholds) -> float | None:
-    """Seconds until ready: from the load rate plus history's init time, else history alone."""
+def estimate_eta(
+    state: TargetState, now: float, th: Thresholds, ratio: float | None
+) -> float | None:
+    """Seconds until ready: from the load rate plus history's init time, else history alone.
+
+    ``ratio``: the progress this tick ends with (``next_progress_ratio``).
+    """
     if state.phase not in STARTUP_PHASES or state.create_time is None:
         return None
     expected_init = th.expected_phase_seconds.get(Phase.INITIALIZING)
-    ratio = state.progress_ratio
     elapsed = now - state.phase_since if state.phase_since is not None else 0.0
     # A rate needs a few seconds of loading behind it; before that, history speaks.
     if state.phase is Phase.LOADING and ratio and 0 < ratio < 1 and elapsed >= ETA_MIN_SECONDS:

@@ -88,16 +88,18 @@ def step(prev: TargetState, obs: Observation, now: float, th: Thresholds) -> Tar
             state, longest_quiet=add_seconds(state.longest_quiet, state.phase, quiet, keep_max=True)
         )
     stalled, stall_reason = stall_verdict(state, now, th)
-    state = evolve(
+    ratio = next_progress_ratio(state, obs, th)
+    # One state built for the tick's last fields (a step builds several; replay steps often).
+    return evolve(
         state,
         stalled=stalled,
         stall_reason=stall_reason,
         updated_at=now,
         first_tick_at=prev.first_tick_at if prev.first_tick_at is not None else now,
         baseline=next_baseline(state.baseline, obs, ev, now),
+        progress_ratio=ratio,
+        eta_seconds=None if stalled else estimate_eta(state, now, th, ratio),
     )
-    state = evolve(state, progress_ratio=next_progress_ratio(state, obs, th))
-    return evolve(state, eta_seconds=None if state.stalled else estimate_eta(state, now, th))
 
 
 def _failure_detail(
