@@ -176,33 +176,28 @@ def parse_timestamp(
     if len(found) > 1:
         found.sort(key=lambda m: m.start())  # stable: the formats' order on a tie
     for m in found:
-        parsed = _stamp_value(m, default_year, tz)
+        parsed = _stamp_value(m.group(), m.re, default_year, tz)
         if parsed is not None:
             return parsed
     return None
 
 
-#: Stamps read, by their text, format, default year and zone: a log's lines share their
-#: seconds (a rank's lines, a bar's redraws), and a stamp's value is a function of these.
-_STAMPS: dict[tuple[str, re.Pattern[str], int, tzinfo], tuple[float, int | None] | None] = {}
-_STAMPS_KEPT: Final = 4096
-
-
+@functools.lru_cache(maxsize=4096)
 def _stamp_value(
-    m: re.Match[str], default_year: int, tz: tzinfo
+    stamp: str, fmt: re.Pattern[str], default_year: int, tz: tzinfo
 ) -> tuple[float, int | None] | None:
-    """(Unix seconds, year printed or None) of one found stamp, or None for no date."""
-    key = (m.group(), m.re, default_year, tz)
-    if key in _STAMPS:
-        return _STAMPS[key]
+    """(Unix seconds, year printed or None) of one stamp ``fmt`` found, or None for no date.
+
+    Remembered by its text, format, default year and zone, a value's whole input: a log's
+    lines share their seconds (a rank's lines, a bar's redraws).
+    """
+    m = fmt.match(stamp)  # the search's own match: the same groups
+    if m is None:
+        return None
     g = m.groupdict()
     year = int(g["y"]) if g.get("y") else None
     seconds = _seconds(g, year or default_year, tz)
-    value = None if seconds is None else (seconds, year)
-    if len(_STAMPS) >= _STAMPS_KEPT:
-        _STAMPS.clear()  # stamps with fractions rarely repeat: start over, not evict one by one
-    _STAMPS[key] = value
-    return value
+    return None if seconds is None else (seconds, year)
 
 
 def one_year_earlier(when: float, tz: tzinfo) -> float:

@@ -269,7 +269,7 @@ def test_one_stamp_is_read_in_each_zone_and_year_it_is_given_in():
 
 
 def test_a_stamp_shared_by_thousands_of_lines_reads_the_same_on_each():
-    # More lines than the remembered stamps: the memo starts over and each still reads right.
+    # More stamps than are remembered: the oldest are forgotten and each still reads right.
     c = LogClassifier(ENGINES["sglang"].log)
     stamps = [
         f"2026-08-01 {h:02d}:{m:02d}:{s:02d}" for h in (1, 2) for m in range(60) for s in range(60)
