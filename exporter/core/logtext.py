@@ -26,7 +26,9 @@ MATCH_CHARS: Final = 2048
 FUTURE_SLACK_SECONDS: Final = 2 * 86400
 
 # Raw ESC sequences, and the same rendered as text by CloudWatch (tgi-06-other "#033[2m").
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-B]|#033\[[0-9;]*[A-Za-z]")
+# The raw ones alone, one literal first: half the cost on a coloured line (most of them).
+_ESCAPES = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|[()][0-9A-B])")
+_ANSI = re.compile(rf"{_ESCAPES.pattern}|#033\[[0-9;]*[A-Za-z]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # tqdm's "[elapsed<remaining, rate]": what follows it was glued on by a later write.
 TQDM_STATS = re.compile(r"\[(?:\d+:)?\d+:\d+<(?:(?:\d+:)?\d+:\d+|\?)(?:,[^\]\[]*)?\]")
@@ -43,7 +45,7 @@ def clean(text: str) -> str:
     if text.isprintable():
         return text  # nothing to strip (most lines)
     if "\x1b" in text:  # colour codes: once they are out, most such lines hold nothing else
-        text = _ANSI.sub("", text.rstrip("\n"))
+        text = _ESCAPES.sub("", text.rstrip("\n"))
         return text if text.isprintable() else _CONTROL.sub("", text)
     if _CONTROL.search(text) is None and not text.endswith("\n"):
         return text  # a tab is kept
