@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from exporter.base.controls import escape_controls
 from exporter.base.linear import cased
@@ -90,8 +90,9 @@ class LogReplay:
     classes: dict[LogClass, int]
 
 
-@dataclass(frozen=True, slots=True)
-class _Line:
+class _Line(NamedTuple):
+    """A line that made events: its number, its events, its timestamp (a tuple: one a line)."""
+
     number: int
     events: tuple[LogEvent, ...]
     at: float | None
@@ -318,7 +319,7 @@ def _classify_counted(
     first = next((ln.at for ln in out if ln.at is not None), 0.0)
     head = next((i for i, ln in enumerate(out) if ln.at is not None), len(out))
     for i in range(head):  # lines before the first timestamp happened at (or before) it
-        out[i] = replace(out[i], events=tuple(replace(e, at=first) for e in out[i].events))
+        out[i] = out[i]._replace(events=tuple(replace(e, at=first) for e in out[i].events))
     return out, plain
 
 

@@ -148,6 +148,8 @@ class LogClassifier:
         self._hits: list[int] | None = None
         self._hit_layers: set[int] = set()
         self._screened: str | None = None
+        #: ``is_redraw`` of the piece last asked: the quiet check and the event both ask.
+        self._redraw: tuple[str, bool] = ("", False)
         self._scan, self._match = lay.scan, lay.match
         #: ``plain``'s scan of the line it last looked at, for ``classify`` to go on from.
         self._plain_scan: tuple[str, list[int]] | None = None
@@ -233,10 +235,16 @@ class LogClassifier:
         decide nothing (their layer has no hit either).
         """
         hits = self._hits
-        if hits is None or self._user_any or is_redraw(head):
+        if hits is None or self._user_any or self._is_redraw(head):
             return False
         quiet = self._quiet_hits
         return all(i in quiet for i in hits) and TRACEBACK_HEAD.search(head) is None
+
+    def _is_redraw(self, head: str) -> bool:
+        """``is_redraw(head)``, searched once a piece."""
+        if self._redraw[0] is not head:
+            self._redraw = (head, is_redraw(head))
+        return self._redraw[1]
 
     def _quiet_class(self, head: str) -> LogClass | None:
         """The class ``_event`` gives a quiet ``head``, the traceback moved on as it would.
@@ -415,7 +423,7 @@ class LogClassifier:
         if head != self._screened:  # the scan was of another text: read this one
             self._scanned(head)
         head = self._screened if self._screened is not None else head  # the scanned object
-        if is_redraw(head):  # most pieces of a log are bar redraws: only markers apply
+        if self._is_redraw(head):  # most pieces of a log are bar redraws: only markers apply
             return self._match_marker(head, at, line_no) or LogEvent(
                 LogClass.INFO, head, at, line_no=line_no
             )
