@@ -89,8 +89,10 @@ def test_a_hang_is_restarted_after_its_stall_threshold_plus_period_x_threshold(t
         after = kubelet.restarts[0][0] - loading
         window = period_x_threshold("livenessProbe")
         assert after >= 2.0 + window - 2 * INTERVAL  # not before the stall threshold
-        # the hang comes within about 1 s of loading; then a tick, a period of slack
-        assert after <= 1.0 + 2.0 + window + SPEC["livenessProbe"]["periodSeconds"] * SCALE + 2.0
+        # the hang comes within about 1 s of loading; then a tick, a period, and slack for a
+        # host under the whole suite's load (a tick came 0.16 s past a 2 s slack in one run)
+        period = SPEC["livenessProbe"]["periodSeconds"] * SCALE
+        assert after <= 1.0 + 2.0 + window + period + 3.0
         assert kubelet.readiness == [(kubelet.readiness[0][0], False)]  # never ready
 
 
