@@ -42,6 +42,12 @@ def test_control_characters_are_dropped_but_text_survives():
     assert clean("a\x00b\x07c\td\x7f\n") == "abc\td"
 
 
+def test_a_coloured_line_loses_its_other_control_characters_too():
+    # Colour codes go first; a bell, a carriage return or a lone ESC left after them still go.
+    assert clean("\x1b[32mok\x1b[0m\x07 done\r\n") == "ok done"
+    assert clean("a\x1bb \x1b[1mc\x1b[0m\td") == "ab c\td"
+
+
 def test_carriage_return_updates_become_separate_pieces():
     line = "\rbar 0/3 [00:00<?, ?it/s]\rbar 1/3 [00:01<00:02, 1.0it/s]\rbar 3/3 [00:03<00:00]\r\n"
     assert split_updates(line) == [
